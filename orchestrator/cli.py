@@ -1,0 +1,144 @@
+"""The `orchestrator` command line: thin wrappers that parse arguments and call the packages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.generations import Generation, parse_generation
+
+EXIT_USAGE = 2
+
+
+def _generation(raw: str) -> Generation:
+    try:
+        return parse_generation(raw)
+    except OrchestratorError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+
+
+def _time_scale(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"time scale must be >= 0 (0 = no delay), got {raw}")
+    return value
+
+
+def _port(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {raw!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value
+
+
+def cmd_sim_serve(args: argparse.Namespace) -> int:
+    from orchestrator.sim.replica import ReplicaSettings, serve_forever
+
+    settings = ReplicaSettings(
+        generation=args.generation,
+        model_name=args.served_model_name,
+        time_scale=args.time_scale,
+        seed=args.seed,
+    )
+    print(
+        f"simulated {args.generation.value} replica of {args.served_model_name} on "
+        f"http://{args.host}:{args.port} (time scale {args.time_scale:g}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve_forever(settings, args.host, args.port)
+    return 0
+
+
+def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
+    from orchestrator.fleet.figures import calibration_path, load_figures
+    from orchestrator.sim.calibration import calibrate_generation
+    from orchestrator.sim.calibration_report import format_table, to_json, write_efficiencies
+
+    figures = load_figures()
+    generations = args.generation or list(Generation)
+    results = []
+    for generation in generations:
+        measured = generation in figures.measured
+        action = "fitting Offline, predicting Server" if measured else "predicting"
+        print(f"{generation.value}: {action} ...", file=sys.stderr, flush=True)
+        results.append(calibrate_generation(generation, figures=figures, seed=args.seed))
+    if args.json:
+        print(json.dumps(to_json(results), indent=2))
+    else:
+        print(format_table(results))
+    if args.write:
+        fitted = {
+            r.generation: r.sequence_efficiency for r in results if r.generation in figures.measured
+        }
+        write_efficiencies(calibration_path(), fitted)
+        print(f"wrote {len(fitted)} efficiencies to {calibration_path()}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrator",
+        description="Serve one GPT-OSS endpoint over AMD Instinct pools of several generations.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sim = commands.add_parser("sim", help="the simulated engine").add_subparsers(
+        dest="sim_command", required=True, metavar="SUBCOMMAND"
+    )
+    serve = sim.add_parser("serve", help="serve one simulated replica (vLLM's OpenAI API)")
+    serve.add_argument("--generation", type=_generation, required=True, help="e.g. MI355X, MI300X")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8101, help="port (default 8101)")
+    serve.add_argument(
+        "--time-scale", type=_time_scale, default=1.0,
+        help="wall seconds per simulated second: >1 slows the replica down so a small machine "
+        "can host several; 0 answers with no delay (default 1)",
+    )  # fmt: skip
+    serve.add_argument("--served-model-name", default="openai/gpt-oss-120b")
+    serve.add_argument("--seed", type=int, default=0, help="seed for lengths and text")
+    serve.set_defaults(handler=cmd_sim_serve)
+
+    fleet = commands.add_parser("fleet", help="the capacity model").add_subparsers(
+        dest="fleet_command", required=True, metavar="SUBCOMMAND"
+    )
+    calibrate = fleet.add_parser(
+        "calibrate", help="fit efficiencies on MLPerf Offline, predict Server, print the table"
+    )
+    calibrate.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    calibrate.add_argument(
+        "--generation", type=_generation, action="append",
+        help="only this generation (repeatable; default all)",
+    )  # fmt: skip
+    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument(
+        "--write", action="store_true", help="store the fitted efficiencies in the package data"
+    )
+    calibrate.set_defaults(handler=cmd_fleet_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.handler(args))
+    except OrchestratorError as error:
+        print(f"orchestrator: error: {error.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""Pure domain: generations, records, errors and the clock. No I/O here."""

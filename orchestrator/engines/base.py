@@ -1,0 +1,116 @@
+"""What every engine adapter offers: how to start a replica, where its health is, its load.
+
+An adapter is pure: it builds a command and parses text. Starting the process and scraping the page
+are the caller's job (the replica actor), so adapters are tested without GPUs or sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from orchestrator.core.generations import Generation, parse_generation
+from orchestrator.core.records import EngineKind, ReplicaLoad
+
+_MAX_PORT = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNames:
+    """The Prometheus sample names an engine uses for the figures in `ReplicaLoad`.
+
+    Names are sample names as they appear on the page, counters with their `_total` suffix.
+    `kv_cache_usage` must name a gauge holding a ratio in [0, 1].
+    """
+
+    running: str
+    waiting: str
+    kv_cache_usage: str
+    prompt_tokens_total: str
+    generation_tokens_total: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What one replica needs to start.
+
+    `gpu_indices` are the host's GPU ordinals the replica may use (one GPU per GPT-OSS-120B replica
+    by default); engines that shard use one tensor-parallel rank per GPU. `extra_args` go last on
+    the command line, so they override the adapter's defaults (argparse keeps the last value).
+    `time_scale` stretches the simulated engine's time (2.0 = twice as slow); `None` keeps the
+    simulator's own default. Real engines ignore it.
+    """
+
+    model: str
+    host: str
+    port: int
+    generation: Generation
+    gpu_indices: tuple[int, ...] = (0,)
+    extra_args: tuple[str, ...] = ()
+    time_scale: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model must be a non-empty model name, e.g. 'openai/gpt-oss-120b'")
+        if not self.host:
+            raise ValueError("host must be a non-empty host name or address")
+        if not 0 < self.port <= _MAX_PORT:
+            raise ValueError(f"port must be in 1..{_MAX_PORT}, got {self.port}")
+        if not isinstance(self.generation, Generation):
+            object.__setattr__(self, "generation", parse_generation(str(self.generation)))
+        object.__setattr__(self, "gpu_indices", tuple(self.gpu_indices))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        if not self.gpu_indices:
+            raise ValueError("gpu_indices must name at least one GPU")
+        if any(index < 0 for index in self.gpu_indices):
+            raise ValueError(f"gpu_indices must be non-negative, got {self.gpu_indices}")
+        if len(set(self.gpu_indices)) != len(self.gpu_indices):
+            raise ValueError(f"gpu_indices must not repeat a GPU, got {self.gpu_indices}")
+        if self.time_scale is not None and not self.time_scale > 0:
+            raise ValueError(f"time_scale must be positive, got {self.time_scale}")
+
+    @property
+    def visible_devices(self) -> str:
+        """The GPU list as ROCm's `HIP_VISIBLE_DEVICES` spells it: "0" or "2,3"."""
+        return ",".join(str(index) for index in self.gpu_indices)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    """A process to start: `argv[0]` is the program.
+
+    `env` holds only the variables to set on top of the parent's environment, never a whole
+    environment; it is copied into a read-only mapping.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+
+class EngineAdapter(Protocol):
+    """One engine kind, seen from the orchestrator."""
+
+    @property
+    def kind(self) -> EngineKind: ...
+
+    @property
+    def health_path(self) -> str:
+        """HTTP path that answers 200 once the replica serves requests."""
+        ...
+
+    @property
+    def metric_names(self) -> MetricNames: ...
+
+    def launch_command(self, spec: LaunchSpec) -> LaunchCommand:
+        """The command that starts one replica as described by `spec`."""
+        ...
+
+    def parse_load(self, exposition_text: str, now_s: float) -> ReplicaLoad:
+        """The load a `/metrics` page reports, stamped `now_s`; raises ValueError if malformed."""
+        ...

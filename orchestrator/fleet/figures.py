@@ -1,0 +1,187 @@
+"""Typed view of `data/calibration.yaml`: model shape, workload statistics, engine defaults, and the
+published figures the model is calibrated to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import yaml
+
+from orchestrator.core.generations import GENERATIONS, Generation, parse_generation
+
+CALIBRATION_FILE: Final = "calibration.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """GPT-OSS-120B's shape: what decides bytes read and FLOPs per step."""
+
+    name: str
+    total_params: float
+    active_params: float
+    full_attention_layers: int
+    sliding_attention_layers: int
+    sliding_window_tokens: int
+    experts: int
+    experts_per_token: int
+    layers: int
+    hidden_size: int
+    expert_intermediate_size: int
+    query_heads: int
+    head_dim: int
+    max_context_tokens: int
+    weights_bytes: Mapping[str, float]
+    kv_bytes_per_token: float
+    non_expert_weight_bytes_per_param: float
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in all experts: gate, up and down projections per expert per layer."""
+        per_expert = 3 * self.hidden_size * self.expert_intermediate_size
+        return per_expert * self.experts * self.layers
+
+    def non_expert_bytes(self) -> float:
+        return (self.total_params - self.expert_params) * self.non_expert_weight_bytes_per_param
+
+    def expert_bytes(self, weight_format: str) -> float:
+        return self.weights_bytes[weight_format] - self.non_expert_bytes()
+
+    @property
+    def sliding_kv_tokens_per_sequence(self) -> float:
+        """Sliding-window KV of one sequence, in full-attention token equivalents."""
+        return (
+            self.sliding_window_tokens * self.sliding_attention_layers / self.full_attention_layers
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyTarget:
+    ttft_s: float
+    tpot_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadStats:
+    """Token-length statistics of the MLPerf gpt-oss-120b performance set."""
+
+    samples: int
+    mean_input_tokens: float
+    mean_output_tokens: float
+    max_input_tokens: int
+    max_output_tokens: int
+    input_sigma: float
+    output_sigma: float
+    server_latency_p99: LatencyTarget
+    interactive_latency_p99: LatencyTarget
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    """Scheduler limits and memory settings a replica runs with."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    hbm_bandwidth_efficiency: float
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredFigures:
+    """Published per-GPU tokens/s (the node figure divided by its GPUs)."""
+
+    offline_tokens_per_s: float
+    server_tokens_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFigures:
+    model: ModelShape
+    workload: WorkloadStats
+    engine: EngineDefaults
+    measured: Mapping[Generation, MeasuredFigures]
+    sequence_efficiency: Mapping[Generation, float]
+
+    def sequence_efficiency_of(self, generation: Generation) -> float:
+        """Calibrated prefill efficiency; an uncalibrated generation borrows its architecture's."""
+        if generation in self.sequence_efficiency:
+            return self.sequence_efficiency[generation]
+        architecture = GENERATIONS[generation].architecture
+        for other, value in self.sequence_efficiency.items():
+            if GENERATIONS[other].architecture == architecture:
+                return value
+        raise KeyError(f"no calibrated compute efficiency for {generation} or its architecture")
+
+
+def _coerce(record: type, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the record's fields and turn numbers to their declared type.
+
+    YAML 1.1 reads `116.83e9` as a string, so numbers are converted here rather than trusted.
+    """
+    types = {name: str(field.type) for name, field in record.__dataclass_fields__.items()}
+    out: dict[str, Any] = {}
+    for name, kind in types.items():
+        value = raw[name]
+        out[name] = int(value) if kind == "int" else float(value) if kind == "float" else value
+    return out
+
+
+def _target(raw: Mapping[str, Any]) -> LatencyTarget:
+    return LatencyTarget(ttft_s=float(raw["ttft_s"]), tpot_s=float(raw["tpot_s"]))
+
+
+def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
+    """Build typed figures from the YAML mapping; a missing key raises KeyError naming it."""
+    model = dict(raw["model"])
+    model["weights_bytes"] = MappingProxyType(
+        {k: float(v) for k, v in model["weights_bytes"].items()}
+    )
+    shape = ModelShape(**_coerce(ModelShape, model))
+    workload = dict(raw["workload"])
+    stats = WorkloadStats(
+        samples=int(workload["samples"]),
+        mean_input_tokens=float(workload["mean_input_tokens"]),
+        mean_output_tokens=float(workload["mean_output_tokens"]),
+        max_input_tokens=int(workload["max_input_tokens"]),
+        max_output_tokens=int(workload["max_output_tokens"]),
+        input_sigma=float(workload["input_sigma"]),
+        output_sigma=float(workload["output_sigma"]),
+        server_latency_p99=_target(workload["server_latency_p99"]),
+        interactive_latency_p99=_target(workload["interactive_latency_p99"]),
+    )
+    engine = EngineDefaults(**_coerce(EngineDefaults, raw["engine"]))
+    measured_raw = dict(raw["measured"])
+    gpus = float(measured_raw.pop("gpus_per_node"))
+    measured = {
+        parse_generation(name): MeasuredFigures(
+            offline_tokens_per_s=float(row["offline_tokens_per_s"]) / gpus,
+            server_tokens_per_s=float(row["server_tokens_per_s"]) / gpus,
+        )
+        for name, row in measured_raw.items()
+    }
+    efficiency = {
+        parse_generation(name): float(value)
+        for name, value in raw["calibrated"]["sequence_efficiency"].items()
+    }
+    return FleetFigures(
+        model=shape,
+        workload=stats,
+        engine=engine,
+        measured=MappingProxyType(measured),
+        sequence_efficiency=MappingProxyType(efficiency),
+    )
+
+
+def calibration_path() -> Path:
+    return Path(str(resources.files("orchestrator.fleet") / "data" / CALIBRATION_FILE))
+
+
+@cache
+def load_figures() -> FleetFigures:
+    """The figures shipped with the package (read once, on first use, not at import)."""
+    return parse_figures(yaml.safe_load(calibration_path().read_text()))

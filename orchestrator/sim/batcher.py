@@ -1,0 +1,308 @@
+"""Continuous batching with a per-step token budget and KV-limited admission, as in vLLM.
+
+The batcher knows nothing about clocks: `plan_step()` decides what the next step computes and how
+long it takes on the capacity model; `finish_step()` applies it. A live server sleeps the step's
+duration in between; the virtual-time driver adds it to a counter. Both run the same policy.
+
+Per step, in order: every decoding sequence gets one token (the newest are preempted and sent
+back to the waiting queue, to be recomputed, when the KV cache cannot hold the growth); sequences
+part-way through prefill continue; then waiting requests are admitted first come, first served
+while the token budget, the sequence limit and free KV allow. Prefill is chunked to the budget.
+A request's first token comes out of the step that completes its prefill.
+
+Decoding sequences are not touched one by one each step: a sequence's token count is derived from
+the step counter, so a step costs O(1) plus O(log n) per start and finish.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from orchestrator.fleet.step_cost import StepCostModel, StepWork
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """One sequence inside the engine.
+
+    `output_tokens` is how many tokens it will produce (decided by the caller: the smaller of
+    max_tokens and the sampled natural length). Times are in the driver's clock, seconds.
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float = 0.0
+    request_id: int = field(default_factory=itertools.count().__next__)
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    # Engine state; read through SimBatcher, not directly.
+    state: str = "new"
+    computed_prompt: int = 0
+    generated_before: int = 0
+    decode_start_step: int = 0
+    preemptions: int = 0
+    _epoch: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("finished", "aborted")
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What the next step computes; `duration_s` is simulated (unscaled) seconds."""
+
+    duration_s: float
+    work: StepWork
+    prefill_chunks: list[tuple[SimRequest, int]]
+    preempted: list[SimRequest]
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """Requests whose first token or last token came out of the step just finished."""
+
+    first_tokens: list[SimRequest]
+    finished: list[SimRequest]
+    preempted: list[SimRequest]
+    tokens_generated: int
+    prompt_tokens_computed: int
+
+
+class SimBatcher:
+    """One replica's scheduler state."""
+
+    def __init__(
+        self,
+        cost: StepCostModel,
+        *,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        kv_capacity_tokens: int | None = None,
+    ) -> None:
+        engine = cost.figures.engine
+        self.cost = cost
+        self.max_num_seqs = max_num_seqs or engine.max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens or engine.max_num_batched_tokens
+        self.kv_capacity_tokens = kv_capacity_tokens or cost.kv_capacity_tokens
+        self._sliding_tokens = cost.figures.model.sliding_kv_tokens_per_sequence
+        self.steps = 0
+        self._waiting: deque[SimRequest] = deque()
+        self._prefilling: list[SimRequest] = []
+        self._decoding: dict[int, SimRequest] = {}  # insertion order = admission order
+        self._finish_heap: list[tuple[int, int, int, SimRequest]] = []
+        self._decode_start_sum = 0  # sum of (decode_start_step - generated_before) over decoding
+        self._decode_prompt_sum = 0  # sum of prompt tokens over decoding
+        self._prefill_kv = 0  # KV tokens held by sequences in prefill
+        self._plan: StepPlan | None = None
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._prefilling) + len(self._decoding)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._prefilling or self._decoding)
+
+    def generated_tokens(self, request: SimRequest) -> int:
+        """Tokens `request` has produced so far (what a streaming client may have seen)."""
+        if request.state == "decoding":
+            return request.generated_before + 1 + self.steps - request.decode_start_step
+        if request.state == "finished":
+            return request.output_tokens
+        return request.generated_before
+
+    @property
+    def kv_used_tokens(self) -> float:
+        decoding = len(self._decoding)
+        generated = decoding * (1 + self.steps) - self._decode_start_sum
+        running = decoding + len(self._prefilling)
+        return (
+            self._decode_prompt_sum + generated + self._prefill_kv + running * self._sliding_tokens
+        )
+
+    @property
+    def kv_usage(self) -> float:
+        """KV-cache usage as a ratio in [0, 1]."""
+        return min(1.0, self.kv_used_tokens / self.kv_capacity_tokens)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def submit(self, request: SimRequest) -> None:
+        if request.prompt_tokens < 1 or request.output_tokens < 1:
+            raise ValueError("a request needs at least one prompt token and one output token")
+        if request.prompt_tokens + self._sliding_tokens > self.kv_capacity_tokens:
+            raise ValueError(
+                f"prompt of {request.prompt_tokens} tokens exceeds the KV cache "
+                f"({self.kv_capacity_tokens} tokens)"
+            )
+        request.state = "waiting"
+        self._waiting.append(request)
+
+    def abort(self, request: SimRequest) -> None:
+        """Drop a request wherever it is and free its KV; a no-op once it has finished."""
+        if request.finished:
+            return
+        if request.state == "waiting":
+            self._waiting.remove(request)
+        elif request.state == "prefilling":
+            self._prefilling.remove(request)
+            self._prefill_kv -= request.computed_prompt
+        elif request.state == "decoding":
+            self._remove_decoding(request)
+        request.state = "aborted"
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def plan_step(self) -> StepPlan:
+        """Decide the next step. Call `finish_step()` before planning another."""
+        if self._plan is not None:
+            raise RuntimeError("plan_step() called twice without finish_step()")
+        preempted = self._make_room_for_decode()
+        decode_sequences = len(self._decoding)
+        decode_context = (
+            self._decode_prompt_sum + decode_sequences * (1 + self.steps) - self._decode_start_sum
+        )
+        budget = self.max_num_batched_tokens - decode_sequences
+        free_kv = self.kv_capacity_tokens - self.kv_used_tokens - decode_sequences
+        chunks: list[tuple[SimRequest, int]] = []
+        for request in self._prefilling:
+            if budget <= 0:
+                break
+            take = min(
+                budget, self._prefill_target(request) - request.computed_prompt, int(free_kv)
+            )
+            if take <= 0:
+                break
+            chunks.append((request, take))
+            budget -= take
+            free_kv -= take
+        while self._waiting and budget > 0 and self.num_running < self.max_num_seqs:
+            request = self._waiting[0]
+            take = min(budget, self._prefill_target(request))
+            if take > free_kv - self._sliding_tokens:
+                break
+            self._waiting.popleft()
+            request.state = "prefilling"
+            request.computed_prompt = 0
+            self._prefilling.append(request)
+            chunks.append((request, take))
+            budget -= take
+            free_kv -= take + self._sliding_tokens
+        if not chunks and not decode_sequences and self._prefilling:
+            # Part-filled prompts hold all free KV and none can finish: recompute the newest.
+            preempted.append(self._preempt_prefill(self._prefilling[-1]))
+            self._plan = None
+            plan = self.plan_step()
+            plan.preempted[:0] = preempted
+            return plan
+        prefill_tokens = sum(take for _, take in chunks)
+        prior = sum(request.computed_prompt for request, _ in chunks)
+        pairs = sum(take * (request.computed_prompt + take / 2) for request, take in chunks)
+        work = StepWork(
+            decode_sequences=decode_sequences,
+            decode_context_tokens=decode_context,
+            prefill_tokens=prefill_tokens,
+            prefill_prior_tokens=prior,
+            prefill_attention_pairs=pairs,
+        )
+        self._plan = StepPlan(self.cost.step_time_s(work), work, chunks, preempted)
+        return self._plan
+
+    def finish_step(self, now_s: float) -> StepOutcome:
+        """Apply the planned step, stamping first and last tokens with `now_s`."""
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("finish_step() without plan_step()")
+        self._plan = None
+        self.steps += 1
+        first_tokens: list[SimRequest] = []
+        finished: list[SimRequest] = []
+        for request, take in plan.prefill_chunks:
+            if request.state != "prefilling":
+                continue  # aborted while the step ran
+            request.computed_prompt += take
+            self._prefill_kv += take
+            if request.computed_prompt >= self._prefill_target(request):
+                self._prefilling.remove(request)
+                self._prefill_kv -= request.computed_prompt
+                if request.first_token_s is None:
+                    request.first_token_s = now_s
+                    first_tokens.append(request)
+                self._start_decoding(request)
+        while self._finish_heap and self._finish_heap[0][0] <= self.steps:
+            _, epoch, _, request = heapq.heappop(self._finish_heap)
+            if request.state != "decoding" or epoch != request._epoch:
+                continue  # preempted or aborted since it was scheduled
+            self._remove_decoding(request)
+            request.state = "finished"
+            request.finish_s = now_s
+            finished.append(request)
+        return StepOutcome(
+            first_tokens=first_tokens,
+            finished=finished,
+            preempted=plan.preempted,
+            tokens_generated=plan.work.decode_sequences + len(first_tokens),
+            prompt_tokens_computed=plan.work.prefill_tokens,
+        )
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _prefill_target(request: SimRequest) -> int:
+        """Tokens to (re)compute: the prompt, plus what was generated before a preemption."""
+        return request.prompt_tokens + request.generated_before
+
+    def _start_decoding(self, request: SimRequest) -> None:
+        """The step that completed prefill produced token number generated_before + 1."""
+        request.state = "decoding"
+        request.decode_start_step = self.steps
+        request._epoch += 1
+        self._decoding[request.request_id] = request
+        self._decode_start_sum += request.decode_start_step - request.generated_before
+        self._decode_prompt_sum += request.prompt_tokens
+        finish_step = (
+            request.decode_start_step + request.output_tokens - request.generated_before - 1
+        )
+        heapq.heappush(
+            self._finish_heap, (finish_step, request._epoch, request.request_id, request)
+        )
+
+    def _remove_decoding(self, request: SimRequest) -> None:
+        del self._decoding[request.request_id]
+        self._decode_start_sum -= request.decode_start_step - request.generated_before
+        self._decode_prompt_sum -= request.prompt_tokens
+        request._epoch += 1
+
+    def _preempt_prefill(self, request: SimRequest) -> SimRequest:
+        self._prefilling.remove(request)
+        self._prefill_kv -= request.computed_prompt
+        request.computed_prompt = 0
+        request.state = "waiting"
+        request.preemptions += 1
+        self._waiting.appendleft(request)
+        return request
+
+    def _make_room_for_decode(self) -> list[SimRequest]:
+        """Preempt the newest decoding sequences until one more token each fits in KV."""
+        preempted: list[SimRequest] = []
+        while (
+            self._decoding and self.kv_used_tokens + len(self._decoding) > self.kv_capacity_tokens
+        ):
+            victim = next(reversed(self._decoding.values()))
+            victim.generated_before = self.generated_tokens(victim)
+            self._remove_decoding(victim)
+            victim.state = "waiting"
+            victim.preemptions += 1
+            self._waiting.appendleft(victim)
+            preempted.append(victim)
+        return preempted

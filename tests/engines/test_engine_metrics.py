@@ -1,0 +1,156 @@
+"""Reading engine `/metrics` pages into a ReplicaLoad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.records import ReplicaLoad
+from orchestrator.engines import (
+    MalformedMetricsPageError,
+    adapter_for,
+    parse_replica_load,
+    sglang,
+    vllm,
+)
+
+PAGES = Path(__file__).parent / "pages"
+
+
+def _page(name: str) -> str:
+    return (PAGES / name).read_text()
+
+
+def test_vllm_page_with_two_engines_sums_running_and_waiting_and_takes_max_kv_usage() -> None:
+    load = adapter_for("vllm").parse_load(_page("vllm.txt"), now_s=12.5)
+
+    assert (load.running, load.waiting) == (3 + 4, 1 + 2)
+    assert load.kv_cache_usage == 0.625
+
+
+def test_vllm_page_token_counters_sum_total_samples_and_ignore_created_timestamps() -> None:
+    load = adapter_for("vllm").parse_load(_page("vllm.txt"), now_s=0.0)
+
+    assert load.prompt_tokens_total == 12345 + 54321
+    assert load.generation_tokens_total == 2000 + 3000
+
+
+def test_load_is_stamped_with_the_scrape_time_given() -> None:
+    load = adapter_for("vllm").parse_load(_page("vllm.txt"), now_s=12.5)
+
+    assert load.observed_at_s == 12.5
+
+
+def test_sglang_page_reads_running_queued_token_usage_and_token_counters() -> None:
+    load = adapter_for("sglang").parse_load(_page("sglang.txt"), now_s=3.0)
+
+    assert load == ReplicaLoad(
+        running=5,
+        waiting=2,
+        kv_cache_usage=0.42,
+        prompt_tokens_total=98765.0,
+        generation_tokens_total=43210.0,
+        observed_at_s=3.0,
+    )
+
+
+def test_simulated_engine_page_is_read_with_vllm_names() -> None:
+    sim = adapter_for("sim").parse_load(_page("vllm.txt"), now_s=1.0)
+
+    assert sim == adapter_for("vllm").parse_load(_page("vllm.txt"), now_s=1.0)
+
+
+def test_one_engines_table_finds_nothing_on_another_engines_page() -> None:
+    load = parse_replica_load(_page("sglang.txt"), vllm.METRIC_NAMES, now_s=0.0)
+
+    assert load == ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0)
+
+
+def test_page_without_engine_gauges_reads_idle_and_without_counters_reads_unknown() -> None:
+    page = (
+        "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+        "# TYPE process_resident_memory_bytes gauge\n"
+        "process_resident_memory_bytes 5.3e+09\n"
+    )
+
+    load = parse_replica_load(page, vllm.METRIC_NAMES, now_s=7.0)
+
+    assert (load.running, load.waiting, load.kv_cache_usage) == (0, 0, 0.0)
+    assert load.prompt_tokens_total is None
+    assert load.generation_tokens_total is None
+
+
+def test_empty_page_reads_as_idle_with_unknown_counters() -> None:
+    load = parse_replica_load("", sglang.METRIC_NAMES, now_s=0.0)
+
+    assert load == ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0)
+
+
+def test_counter_without_help_or_type_lines_is_still_read() -> None:
+    page = 'vllm:prompt_tokens_total{engine="0"} 10.0\nvllm:prompt_tokens_total{engine="1"} 5.0\n'
+
+    load = parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
+
+    assert load.prompt_tokens_total == 15.0
+
+
+@pytest.mark.parametrize(
+    ("page", "quoted"),
+    [
+        pytest.param(
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running three\n",
+            "line 2 'vllm:num_requests_running three'",
+            id="value-not-a-number",
+        ),
+        pytest.param(
+            'vllm:num_requests_running{engine="0" 3.0\n',
+            "line 1 'vllm:num_requests_running{engine=\"0\" 3.0'",
+            id="unterminated-labels",
+        ),
+        pytest.param(
+            "<html>\n<body>502 Bad Gateway</body>\n</html>\n",
+            "line 1 '<html>'",
+            id="html-error-page",
+        ),
+        pytest.param(
+            "# TYPE vllm:num_requests_running histogramm\n",
+            "line 1 '# TYPE vllm:num_requests_running histogramm'",
+            id="unknown-metric-type",
+        ),
+    ],
+)
+def test_malformed_page_raises_value_error_quoting_the_bad_line(page: str, quoted: str) -> None:
+    with pytest.raises(ValueError, match="malformed metrics page") as raised:
+        parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
+
+    assert quoted in str(raised.value)
+    assert isinstance(raised.value, MalformedMetricsPageError)
+
+
+def test_kv_usage_above_one_is_rejected_as_not_a_ratio() -> None:
+    page = 'vllm:kv_cache_usage_perc{engine="0"} 62.5\n'
+
+    with pytest.raises(ValueError, match=r"vllm:kv_cache_usage_perc is 62\.5; expected a ratio"):
+        parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-1.0"])
+def test_non_finite_or_negative_engine_figure_is_rejected(value: str) -> None:
+    page = f'vllm:num_requests_waiting{{engine="0"}} {value}\n'
+
+    with pytest.raises(ValueError, match=r"vllm:num_requests_waiting.*expected a finite value"):
+        parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
+
+
+def test_series_given_twice_is_rejected_rather_than_counted_twice() -> None:
+    page = 'vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_running{engine="0"} 3.0\n'
+
+    with pytest.raises(ValueError, match="appears twice"):
+        parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
+
+
+def test_nan_in_a_metric_the_adapter_does_not_read_is_ignored() -> None:
+    page = "vllm:spec_decode_acceptance_rate NaN\nvllm:num_requests_running 2.0\n"
+
+    assert parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0).running == 2
