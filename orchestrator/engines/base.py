@@ -39,8 +39,8 @@ class LaunchSpec:
     `gpu_indices` are the host's GPU ordinals the replica may use (one GPU per GPT-OSS-120B replica
     by default); engines that shard use one tensor-parallel rank per GPU. `extra_args` go last on
     the command line, so they override the adapter's defaults (argparse keeps the last value).
-    `time_scale` stretches the simulated engine's time (2.0 = twice as slow); `None` keeps the
-    simulator's own default. Real engines ignore it.
+    `time_scale` stretches the simulated engine's time (2.0 = twice as slow, 0 = no delay); `None`
+    keeps the simulator's own default. Real engines ignore it.
     """
 
     model: str
@@ -68,8 +68,8 @@ class LaunchSpec:
             raise ValueError(f"gpu_indices must be non-negative, got {self.gpu_indices}")
         if len(set(self.gpu_indices)) != len(self.gpu_indices):
             raise ValueError(f"gpu_indices must not repeat a GPU, got {self.gpu_indices}")
-        if self.time_scale is not None and not self.time_scale > 0:
-            raise ValueError(f"time_scale must be positive, got {self.time_scale}")
+        if self.time_scale is not None and not self.time_scale >= 0:
+            raise ValueError(f"time_scale must be >= 0 (0 = no delay), got {self.time_scale}")
 
     @property
     def visible_devices(self) -> str:

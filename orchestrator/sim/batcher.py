@@ -178,18 +178,20 @@ class SimBatcher:
         for request in self._prefilling:
             if budget <= 0:
                 break
-            take = min(
-                budget, self._prefill_target(request) - request.computed_prompt, int(free_kv)
-            )
+            remaining = self._prefill_target(request) - request.computed_prompt
+            take = min(budget, remaining, int(free_kv))
+            if take == remaining and take + 1 > free_kv:
+                take -= 1  # completing needs one more slot, for the token it produces
             if take <= 0:
                 break
             chunks.append((request, take))
             budget -= take
-            free_kv -= take
+            free_kv -= take + (take == remaining)
         while self._waiting and budget > 0 and self.num_running < self.max_num_seqs:
             request = self._waiting[0]
             take = min(budget, self._prefill_target(request))
-            if take > free_kv - self._sliding_tokens:
+            kv_needed = take + (take == self._prefill_target(request)) + self._sliding_tokens
+            if kv_needed > free_kv:
                 break
             self._waiting.popleft()
             request.state = "prefilling"
@@ -197,7 +199,7 @@ class SimBatcher:
             self._prefilling.append(request)
             chunks.append((request, take))
             budget -= take
-            free_kv -= take + self._sliding_tokens
+            free_kv -= kv_needed
         if not chunks and not decode_sequences and self._prefilling:
             # Part-filled prompts hold all free KV and none can finish: recompute the newest.
             preempted.append(self._preempt_prefill(self._prefilling[-1]))
@@ -227,6 +229,7 @@ class SimBatcher:
         self.steps += 1
         first_tokens: list[SimRequest] = []
         finished: list[SimRequest] = []
+        prefills_completed = 0  # each produces a token, a resumed one as much as a first one
         for request, take in plan.prefill_chunks:
             if request.state != "prefilling":
                 continue  # aborted while the step ran
@@ -238,6 +241,7 @@ class SimBatcher:
                 if request.first_token_s is None:
                     request.first_token_s = now_s
                     first_tokens.append(request)
+                prefills_completed += 1
                 self._start_decoding(request)
         while self._finish_heap and self._finish_heap[0][0] <= self.steps:
             _, epoch, _, request = heapq.heappop(self._finish_heap)
@@ -251,7 +255,7 @@ class SimBatcher:
             first_tokens=first_tokens,
             finished=finished,
             preempted=plan.preempted,
-            tokens_generated=plan.work.decode_sequences + len(first_tokens),
+            tokens_generated=plan.work.decode_sequences + prefills_completed,
             prompt_tokens_computed=plan.work.prefill_tokens,
         )
 

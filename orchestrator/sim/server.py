@@ -108,7 +108,7 @@ async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, overlong ints, deep nesting
         raise OrchestratorError(ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}") from None
 
 
