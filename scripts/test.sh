@@ -7,5 +7,8 @@ bash scripts/install.sh test
 echo "ruff ..." >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "mypy, import layers ..." >&2
+.venv/bin/mypy
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 echo "pytest ..." >&2
 .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -34,9 +34,7 @@ class SpeedResult:
     tpot_p99_s: float
 
 
-def server_arrivals(
-    generation: Generation, duration_s: float, seed: int
-) -> list[SimRequest]:
+def server_arrivals(generation: Generation, duration_s: float, seed: int) -> list[SimRequest]:
     figures = load_figures()
     rate = figures.measured[generation].server_tokens_per_s / figures.workload.mean_output_tokens
     sampler = WorkloadSampler(figures.workload, seed=seed)

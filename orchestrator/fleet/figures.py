@@ -3,6 +3,7 @@ published figures the model is calibrated to."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -118,12 +119,12 @@ class FleetFigures:
         raise KeyError(f"no calibrated compute efficiency for {generation} or its architecture")
 
 
-def _coerce(record: type, raw: Mapping[str, Any]) -> dict[str, Any]:
+def _coerce(record: type[Any], raw: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the record's fields and turn numbers to their declared type.
 
     YAML 1.1 reads `116.83e9` as a string, so numbers are converted here rather than trusted.
     """
-    types = {name: str(field.type) for name, field in record.__dataclass_fields__.items()}
+    types = {field.name: str(field.type) for field in dataclasses.fields(record)}
     out: dict[str, Any] = {}
     for name, kind in types.items():
         value = raw[name]

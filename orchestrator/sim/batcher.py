@@ -303,8 +303,9 @@ class SimBatcher:
             self._decoding and self.kv_used_tokens + len(self._decoding) > self.kv_capacity_tokens
         ):
             victim = next(reversed(self._decoding.values()))
-            victim.generated_before = self.generated_tokens(victim)
-            self._remove_decoding(victim)
+            generated = self.generated_tokens(victim)
+            self._remove_decoding(victim)  # with the generated_before it started decoding with
+            victim.generated_before = generated
             victim.state = "waiting"
             victim.preemptions += 1
             self._waiting.appendleft(victim)

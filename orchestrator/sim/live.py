@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from orchestrator.core.clock import Clock, MonotonicClock
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher, SimRequest, StepOutcome
 from orchestrator.sim.metrics import EngineGauges, SimEngineMetrics
 
 MAX_CATCH_UP_S = 0.25
@@ -127,14 +127,14 @@ class LiveEngine:
             step_done, self._step_done = self._step_done, asyncio.Event()
             step_done.set()
 
-    def _record(self, decoded: int, step_s: float, outcome, now: float) -> None:
+    def _record(self, decoded: int, step_s: float, outcome: StepOutcome, now: float) -> None:
         metrics = self.metrics
         metrics.generation_tokens += outcome.tokens_generated
         metrics.preemptions += len(outcome.preempted)
         metrics.inter_token.observe(step_s, decoded)
         for request in outcome.first_tokens:
             metrics.prompt_tokens += request.prompt_tokens
-            metrics.ttft.observe(request.first_token_s - request.arrival_s)
+            metrics.ttft.observe(now - request.arrival_s)
         for request in outcome.finished:
             metrics.e2e.observe(now - request.arrival_s)
             if request.output_tokens > 1 and request.first_token_s is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -51,7 +52,9 @@ def build_app(settings: ReplicaSettings) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def running_replica(settings: ReplicaSettings, host: str = "127.0.0.1", port: int = 0):
+async def running_replica(
+    settings: ReplicaSettings, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[str]:
     """Serve a replica inside the current event loop; yields its base URL (port 0 picks one)."""
     runner = web.AppRunner(build_app(settings), handler_cancellation=True, access_log=None)
     await runner.setup()
