@@ -10,10 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from replica_server import ReplicaThread, replica  # noqa: E402
+from replica_server import ReplicaThread, replica
 
-from orchestrator.core.generations import Generation  # noqa: E402
-from orchestrator.sim.replica import ReplicaSettings  # noqa: E402
+from orchestrator.core.generations import Generation
+from orchestrator.sim.replica import ReplicaSettings
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ class ReplicaThread:
             raise RuntimeError("replica failed to start") from self._error
         return self
 
-    def call(self, coroutine_factory, timeout_s: float = 30.0):  # noqa: ANN001, ANN201
+    def call(self, coroutine_factory, timeout_s: float = 30.0):
         """Run a coroutine on the replica's loop (to read engine state safely)."""
         future = asyncio.run_coroutine_threadsafe(coroutine_factory(), self._loop)
         return future.result(timeout_s)

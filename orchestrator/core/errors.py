@@ -10,6 +10,7 @@ class ErrorCode(StrEnum):
 
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     UNAUTHENTICATED = "unauthenticated"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RESOURCE_EXHAUSTED = "resource_exhausted"

@@ -16,6 +16,7 @@ HTTP_STATUS: Final = MappingProxyType(
         ErrorCode.INVALID_ARGUMENT: (400, "BadRequestError"),
         ErrorCode.UNAUTHENTICATED: (401, "AuthenticationError"),
         ErrorCode.NOT_FOUND: (404, "NotFoundError"),
+        ErrorCode.METHOD_NOT_ALLOWED: (405, "MethodNotAllowedError"),
         ErrorCode.PAYLOAD_TOO_LARGE: (413, "RequestTooLargeError"),
         ErrorCode.RESOURCE_EXHAUSTED: (429, "RateLimitError"),
         ErrorCode.INTERNAL: (500, "InternalServerError"),

@@ -9,6 +9,7 @@ ever reaches a client, and a client that goes away cancels its request in the en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -80,7 +81,7 @@ def error_response(error: OrchestratorError) -> web.Response:
 _HTTP_CODES: Final = {
     400: ErrorCode.INVALID_ARGUMENT,
     404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.INVALID_ARGUMENT,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
     413: ErrorCode.PAYLOAD_TOO_LARGE,
 }
 
@@ -275,6 +276,20 @@ async def _stream(
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError):  # the client left; the caller aborts
+        await _write_events(response, engine, sim, shape, text, plan, body)
+    return response
+
+
+async def _write_events(
+    response: web.StreamResponse,
+    engine: LiveEngine,
+    sim: SimRequest,
+    shape: _Completion,
+    text: TextStream,
+    plan: Plan,
+    body: ChatCompletionRequest | CompletionRequest,
+) -> None:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     first = shape.chat
     async for count in engine.token_counts(sim):
@@ -290,7 +305,6 @@ async def _stream(
         await response.write(_sse(shape.usage_chunk(plan)))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
-    return response
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

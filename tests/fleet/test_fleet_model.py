@@ -59,7 +59,9 @@ def test_kv_capacity_is_the_hbm_left_after_the_weights_in_fp8_kv_tokens(
 
 def test_mi355x_holds_over_three_times_the_kv_of_mi300x() -> None:
     # More HBM and FP4 experts that take half the room of FP8 ones.
-    assert cost(Generation.MI355X).kv_capacity_tokens > 3 * cost(Generation.MI300X).kv_capacity_tokens
+    assert (
+        cost(Generation.MI355X).kv_capacity_tokens > 3 * cost(Generation.MI300X).kv_capacity_tokens
+    )
 
 
 def test_a_gpu_too_small_for_the_weights_has_no_kv_capacity_and_says_so() -> None:
@@ -160,8 +162,10 @@ def test_sampled_lengths_have_the_published_means(samples: list) -> None:
 def test_sampled_lengths_stay_within_the_published_maxima(samples: list) -> None:
     inputs = [s.input_tokens for s in samples]
     outputs = [s.output_tokens for s in samples]
-    assert 1 <= min(inputs) and max(inputs) <= 15330
-    assert 1 <= min(outputs) and max(outputs) <= 10240
+    assert min(inputs) >= 1
+    assert max(inputs) <= 15330
+    assert min(outputs) >= 1
+    assert max(outputs) <= 10240
     # The caps bind: the long tail reaches them rather than being cut well short.
     assert max(inputs) == 15330
     assert max(outputs) == 10240

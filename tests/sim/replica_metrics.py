@@ -1,4 +1,4 @@
-"""Read a simulated replica's `/metrics` the way Prometheus does, for tests that watch the engine."""
+"""Read a simulated replica's `/metrics` as Prometheus does, for tests that watch the engine."""
 
 from __future__ import annotations
 

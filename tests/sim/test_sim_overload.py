@@ -102,9 +102,10 @@ def test_mi300x_at_twice_its_capacity_saturates_queues_and_drops_nothing() -> No
     assert late["vllm:num_requests_waiting"] > early["vllm:num_requests_waiting"] > 0
 
     def mean_ttft(sample: dict[str, float]) -> float:
-        return sample["vllm:time_to_first_token_seconds_sum"] / sample[
-            "vllm:time_to_first_token_seconds_count"
-        ]
+        return (
+            sample["vllm:time_to_first_token_seconds_sum"]
+            / sample["vllm:time_to_first_token_seconds_count"]
+        )
 
     ttft_early = mean_ttft(early)
     ttft_late = (
