@@ -63,7 +63,12 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
 def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     from orchestrator.fleet.figures import calibration_path, load_figures
     from orchestrator.sim.calibration import calibrate_generation
-    from orchestrator.sim.calibration_report import format_table, to_json, write_efficiencies
+    from orchestrator.sim.calibration_report import (
+        format_table,
+        to_json,
+        write_efficiencies,
+        write_server_capacities,
+    )
 
     figures = load_figures()
     generations = args.generation or list(Generation)
@@ -82,7 +87,13 @@ def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
             r.generation: r.sequence_efficiency for r in results if r.generation in figures.measured
         }
         write_efficiencies(calibration_path(), fitted)
-        print(f"wrote {len(fitted)} efficiencies to {calibration_path()}", file=sys.stderr)
+        capacities = {r.generation: r.server.tokens_per_s for r in results}
+        write_server_capacities(calibration_path(), capacities)
+        print(
+            f"wrote {len(fitted)} efficiencies and {len(capacities)} capacity priors to "
+            f"{calibration_path()}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -123,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     calibrate.add_argument("--seed", type=int, default=0)
     calibrate.add_argument(
-        "--write", action="store_true", help="store the fitted efficiencies in the package data"
+        "--write",
+        action="store_true",
+        help="store the fitted efficiencies and predicted capacities in the package data",
     )
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
     return parser

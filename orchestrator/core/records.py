@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from orchestrator.core.generations import Generation
 
 
 class EngineKind(StrEnum):
@@ -28,3 +31,54 @@ class ReplicaLoad:
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
     observed_at_s: float = 0.0
+
+
+class ReplicaState(StrEnum):
+    """Where a replica is in its life, as the routing table knows it."""
+
+    READY = "ready"
+    DRAINING = "draining"  # finishes what it has, takes nothing new
+    UNHEALTHY = "unhealthy"  # its engine failed its health check
+
+
+class NodeHealth(StrEnum):
+    """Fabric and HBM health of the node a replica runs on (from the exporters)."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"  # usable, with a capacity penalty
+    UNHEALTHY = "unhealthy"  # route elsewhere
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A failure and latency domain; `rtt_s` maps other sites to the measured round trip."""
+
+    name: str
+    rtt_s: Mapping[str, float] = field(default_factory=dict)
+
+    def rtt_to(self, other: str) -> float:
+        return 0.0 if other == self.name else self.rtt_s.get(other, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One engine instance as the router sees it.
+
+    `capacity_prior_tokens_per_s` is what it is expected to sustain within the latency targets, in
+    wall-clock output tokens/s (the fleet model's figure, divided by the time scale of a simulated
+    engine); the router corrects it online. `static_weight` is only read by the
+    `weighted-static` baseline, which exists to compare against hand-tuned weights.
+    """
+
+    replica_id: str
+    url: str
+    model: str
+    pool: str
+    site: str
+    generation: Generation
+    engine: EngineKind
+    capacity_prior_tokens_per_s: float
+    node: str = ""
+    state: ReplicaState = ReplicaState.READY
+    node_health: NodeHealth = NodeHealth.HEALTHY
+    static_weight: float = 1.0

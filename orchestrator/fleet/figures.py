@@ -107,6 +107,7 @@ class FleetFigures:
     engine: EngineDefaults
     measured: Mapping[Generation, MeasuredFigures]
     sequence_efficiency: Mapping[Generation, float]
+    server_tokens_per_s: Mapping[Generation, float]
 
     def sequence_efficiency_of(self, generation: Generation) -> float:
         """Calibrated prefill efficiency; an uncalibrated generation borrows its architecture's."""
@@ -117,6 +118,16 @@ class FleetFigures:
             if GENERATIONS[other].architecture == architecture:
                 return value
         raise KeyError(f"no calibrated compute efficiency for {generation} or its architecture")
+
+
+def capacity_prior_tokens_per_s(figures: FleetFigures, generation: Generation) -> float:
+    """Predicted Server capacity of one replica (one GPU), output tokens/s: the router's prior."""
+    value = figures.server_tokens_per_s.get(generation, 0.0)
+    if value <= 0:
+        raise KeyError(
+            f"no predicted capacity for {generation}; run `orchestrator fleet calibrate --write`"
+        )
+    return value
 
 
 def _coerce(record: type[Any], raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,12 +180,17 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         parse_generation(name): float(value)
         for name, value in raw["calibrated"]["sequence_efficiency"].items()
     }
+    capacity = {
+        parse_generation(name): float(value)
+        for name, value in raw["calibrated"].get("server_tokens_per_s", {}).items()
+    }
     return FleetFigures(
         model=shape,
         workload=stats,
         engine=engine,
         measured=MappingProxyType(measured),
         sequence_efficiency=MappingProxyType(efficiency),
+        server_tokens_per_s=MappingProxyType(capacity),
     )
 
 

@@ -112,13 +112,30 @@ def to_json(results: Sequence[GenerationCalibration]) -> dict[str, Any]:
 
 
 def write_efficiencies(path: Path, efficiencies: dict[Generation, float]) -> None:
-    """Rewrite the `calibrated.sequence_efficiency` block in place, keeping every comment."""
+    """Rewrite `calibrated.sequence_efficiency` in place, keeping every comment."""
+    write_calibrated_block(path, "sequence_efficiency", efficiencies, "{:.4f}")
+
+
+def write_server_capacities(path: Path, capacities: dict[Generation, float]) -> None:
+    """Rewrite `calibrated.server_tokens_per_s` (the router's capacity prior) in place."""
+    write_calibrated_block(path, "server_tokens_per_s", capacities, "{:.0f}")
+
+
+def write_calibrated_block(
+    path: Path, block: str, values: dict[Generation, float], number_format: str
+) -> None:
+    """Replace the numbers of `calibrated.<block>` entries; every other byte stays as it was."""
     text = path.read_text()
-    for generation, value in efficiencies.items():
+    calibrated = text.index("calibrated:")
+    start = text.index(f"  {block}:", calibrated)
+    end_match = re.compile(r"^  \S", re.MULTILINE).search(text, start + 1)
+    end = end_match.start() if end_match else len(text)
+    section = text[start:end]
+    for generation, value in values.items():
         pattern = re.compile(rf"^(\s+{generation.value}:\s*)[0-9.eE+-]+", re.MULTILINE)
-        block_start = text.index("calibrated:")
-        head, tail = text[:block_start], text[block_start:]
-        if not pattern.search(tail):
-            raise ValueError(f"{path}: no calibrated entry for {generation.value}")
-        text = head + pattern.sub(rf"\g<1>{value:.4f}", tail, count=1)
-    path.write_text(text)
+        match = pattern.search(section)
+        if match is None:
+            raise ValueError(f"{path}: no calibrated.{block} entry for {generation.value}")
+        number = number_format.format(value)
+        section = section[: match.end(1)] + number + section[match.end() :]
+    path.write_text(text[:start] + section + text[end:])

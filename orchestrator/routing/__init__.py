@@ -1,0 +1,5 @@
+"""Routing decisions: request context, filters, scorers, pickers, profiles, capacity estimation.
+
+Pure: nothing here does I/O. The frontends build a `RequestContext`, the profile turns the
+candidates into a `Decision`, and the forwarder carries it out.
+"""
