@@ -83,6 +83,16 @@ def test_shipped_efficiencies_are_what_the_model_fits_today(
     )
 
 
+@pytest.mark.parametrize("generation", MEASURED)
+def test_shipped_capacity_priors_are_what_the_model_predicts_today(
+    calibrated: dict[Generation, GenerationCalibration], generation: Generation
+) -> None:
+    shipped = load_figures().server_tokens_per_s[generation]
+    assert shipped == pytest.approx(calibrated[generation].server.tokens_per_s, rel=0.01), (
+        "calibration.yaml has drifted from the model: run `orchestrator fleet calibrate --write`"
+    )
+
+
 def table_cells(table: str, generation: Generation) -> list[str]:
     [row] = [line for line in table.splitlines() if line.split()[:1] == [generation.value]]
     return row.split()
@@ -143,6 +153,6 @@ def test_write_efficiencies_refuses_a_generation_the_block_does_not_list(tmp_pat
     copy = tmp_path / "calibration.yaml"
     shutil.copyfile(calibration_path(), copy)
     original = copy.read_text()
-    with pytest.raises(ValueError, match="no calibrated entry for MI325X"):
+    with pytest.raises(ValueError, match="no calibrated.sequence_efficiency entry for MI325X"):
         write_efficiencies(copy, {Generation.MI325X: 0.3})
     assert copy.read_text() == original
