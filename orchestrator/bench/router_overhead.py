@@ -1,0 +1,305 @@
+"""What a router costs: req/s, relayed stream chunks/s and added latency, side by side.
+
+    python -m orchestrator.bench.router_overhead [--duration 10] [--routers direct,ours,...]
+
+In one run, against the same two instant backends (`static_backend`), it measures going to a
+backend directly, through this project's router, through `sglang-router` and through
+`vllm-router` (both from PyPI): non-streaming req/s at 32 concurrent requests, streamed chunks/s
+at 32 concurrent streams, latency at concurrency 1 (p50/p99) and, for streams, time to the first
+byte. Load comes from `wrk` (Debian's package; the bench says how to install it when missing).
+Every process it starts runs on loopback and is stopped at the end. The backends serve the model
+under a local tokenizer directory so that neither peer router tries to download one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PROMPT = "Benchmark the router, not the model."
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    name: str
+    requests_per_s: float
+    chunks_per_s: float
+    p50_ms: float
+    p99_ms: float
+    ttfb_p50_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    duration_s: float
+    connections: int
+    stream_chunks: int
+    workers: int
+    workdir: Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float, accept: Callable[[bytes], bool] = lambda _: True) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError, ValueError),
+            urllib.request.urlopen(url, timeout=2) as response,
+        ):
+            if response.status == 200 and accept(response.read()):
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not become ready within {timeout_s:.0f}s")
+
+
+@contextlib.contextmanager
+def process(argv: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as sink:
+        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        yield child
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=15)
+
+
+def write_tokenizer(folder: Path) -> str:
+    """A tiny word-level tokenizer; peer routers load the served model's tokenizer from it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = PROMPT.lower().replace(",", "").replace(".", "").split()
+    vocabulary = {"[UNK]": 0} | {w: i + 1 for i, w in enumerate(dict.fromkeys(words))}
+    unknown = {"id": 0, "content": "[UNK]", "single_word": False, "lstrip": False,
+               "rstrip": False, "normalized": False, "special": True}  # fmt: skip
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [unknown],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "decoder": None, "model": {"type": "WordLevel", "vocab": vocabulary, "unk_token": "[UNK]"},
+    }  # fmt: skip
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def wrk_script(path: Path, model: str, stream: bool) -> Path:
+    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "stream": stream})
+    path.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    return path
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def run_wrk(
+    url: str, script: Path, connections: int, duration_s: float
+) -> tuple[float, dict[int, float]]:
+    """Requests/s and latency percentiles (ms) from one wrk run; non-2xx answers are an error."""
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--latency"]
+    output = subprocess.run(
+        [*command, "-s", str(script), url],
+        capture_output=True, text=True, check=True, timeout=duration_s + 60,
+    ).stdout  # fmt: skip
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise RuntimeError(f"wrk saw errors against {url}:\n{output}")
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    percentiles = {}
+    for pct, value, unit in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s)\s*$", output, re.M):
+        percentiles[int(pct)] = float(value) * _UNITS[unit]
+    return rate, percentiles
+
+
+def first_byte_ms(url: str, model: str, samples: int) -> float:
+    """Median time to the first response byte of a streamed completion, one at a time."""
+    host, port = re.match(r"http://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "stream": True}).encode()
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    times = []
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(samples):
+            start = time.perf_counter()
+            connection.sendall(request)
+            data = connection.recv(65536)
+            times.append((time.perf_counter() - start) * 1e3)
+            while not data.endswith(b"0\r\n\r\n"):  # drain the chunked body
+                more = connection.recv(65536)
+                if not more:
+                    raise RuntimeError(f"{url} closed the connection mid-stream")
+                data += more
+    return statistics.median(times)
+
+
+def measure(name: str, url: str, model: str, setting: Setting) -> Measurement:
+    plain = wrk_script(setting.workdir / "plain.lua", model, stream=False)
+    streamed = wrk_script(setting.workdir / "stream.lua", model, stream=True)
+    completions = f"{url}/v1/completions"
+    run_wrk(completions, plain, setting.connections, 1)  # warm connection pools and caches
+    rate, _ = run_wrk(completions, plain, setting.connections, setting.duration_s)
+    stream_rate, _ = run_wrk(completions, streamed, setting.connections, setting.duration_s)
+    _, latency = run_wrk(completions, plain, 1, setting.duration_s)
+    return Measurement(
+        name=name,
+        requests_per_s=rate,
+        chunks_per_s=stream_rate * (setting.stream_chunks + 1),
+        p50_ms=latency.get(50, float("nan")),
+        p99_ms=latency.get(99, float("nan")),
+        ttfb_p50_ms=first_byte_ms(url, model, 200),
+    )
+
+
+def router_commands(
+    backends: Sequence[str], model: str, port: int, setting: Setting
+) -> dict[str, list[str]]:
+    python = sys.executable
+    replicas = setting.workdir / "replicas.yaml"
+    entries = "".join(
+        f"  - {{id: static-{i}, url: '{url}', pool: static, site: local, generation: MI355X}}\n"
+        for i, url in enumerate(backends)
+    )
+    replicas.write_text(
+        f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: '{model}'\nreplicas:\n{entries}"
+    )
+    return {
+        "ours": [
+            python, "-m", "orchestrator", "router", "--config", str(replicas),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", str(setting.workers),
+            "--grpc-port", "0",
+        ],
+        "sglang-router": [
+            python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+            "--port", str(port), "--worker-urls", *backends, "--policy", "round_robin",
+            "--log-level", "warn", "--prometheus-port", str(free_port()),
+        ],
+        "vllm-router": [
+            python, "-m", "vllm_router.launch_router", "--host", "127.0.0.1",
+            "--port", str(port), "--worker-urls", *backends, "--policy", "round_robin",
+            "--prometheus-port", str(free_port()),
+        ],
+    }  # fmt: skip
+
+
+def ready_path(name: str) -> str:
+    return "/ready" if name == "ours" else "/health"
+
+
+def run(routers: Sequence[str], setting: Setting) -> list[Measurement]:
+    model = write_tokenizer(setting.workdir / "gpt-oss-120b")
+    results = []
+    with contextlib.ExitStack() as stack:
+        backends = []
+        for index in range(2):
+            port = free_port()
+            stack.enter_context(
+                process(
+                    [sys.executable, "-m", "orchestrator.bench.static_backend", "--port",
+                     str(port), "--model", model, "--stream-chunks", str(setting.stream_chunks)],
+                    setting.workdir / f"backend-{index}.log",
+                )
+            )  # fmt: skip
+            backends.append(f"http://127.0.0.1:{port}")
+        for url in backends:
+            wait_http(f"{url}/health", 30)
+        for name in routers:
+            print(f"measuring {name} ...", file=sys.stderr, flush=True)
+            if name == "direct":
+                results.append(measure("direct", backends[0], model, setting))
+                continue
+            port = free_port()
+            command = router_commands(backends, model, port, setting)[name]
+            url = f"http://127.0.0.1:{port}"
+            log = setting.workdir / f"{name}.log"
+            with process(command, log):
+                try:
+                    wait_http(url + ready_path(name), 90)
+                except RuntimeError as error:
+                    raise RuntimeError(
+                        f"{error}\n{name}'s log:\n{log.read_text()[-3000:]}"
+                    ) from None
+                time.sleep(1.0)  # let health checks mark every backend ready
+                results.append(measure(name, url, model, setting))
+    return results
+
+
+def format_table(results: Sequence[Measurement]) -> str:
+    direct = next((r for r in results if r.name == "direct"), None)
+    header = (
+        f"{'target':<14}{'req/s @32':>11}{'chunks/s @32':>14}{'p50 ms @1':>11}{'p99 ms @1':>11}"
+        f"{'added p50':>11}{'added p99':>11}{'TTFB ms':>9}{'added TTFB':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        added = (
+            (r.p50_ms - direct.p50_ms, r.p99_ms - direct.p99_ms, r.ttfb_p50_ms - direct.ttfb_p50_ms)
+            if direct and r is not direct
+            else (0.0, 0.0, 0.0)
+        )
+        lines.append(
+            f"{r.name:<14}{r.requests_per_s:>11,.0f}{r.chunks_per_s:>14,.0f}{r.p50_ms:>11.2f}"
+            f"{r.p99_ms:>11.2f}{added[0]:>11.2f}{added[1]:>11.2f}{r.ttfb_p50_ms:>9.2f}"
+            f"{added[2]:>12.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--stream-chunks", type=int, default=16, help="SSE events per stream")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of our router")
+    parser.add_argument(
+        "--routers", default="direct,ours,sglang-router,vllm-router",
+        help="comma-separated: direct, ours, sglang-router, vllm-router",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        parser.error("needs wrk: apt-get install -y wrk")
+    routers = [name.strip() for name in args.routers.split(",") if name.strip()]
+    with tempfile.TemporaryDirectory(prefix="router-bench-") as folder:
+        setting = Setting(
+            args.duration, args.connections, args.stream_chunks, args.workers, Path(folder)
+        )
+        results = run(routers, setting)
+    if args.json:
+        print(json.dumps([_as_dict(r) for r in results]))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def _as_dict(result: Measurement) -> dict[str, float | str]:
+    return {field: getattr(result, field) for field in Measurement.__slots__}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
