@@ -16,6 +16,7 @@ class FleetState:
 
     def __init__(self) -> None:
         self._stats: dict[str, ReplicaStats] = {}
+        self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
 
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
@@ -26,11 +27,20 @@ class FleetState:
         for replica in table.replicas:
             if replica.replica_id not in self._stats:
                 self._stats[replica.replica_id] = ReplicaStats(replica.capacity_prior_tokens_per_s)
+        self._candidates = None
 
     def stats(self, replica_id: str) -> ReplicaStats | None:
         return self._stats.get(replica_id)
 
     def candidates(self, table: RoutingTable) -> list[Candidate]:
+        """Candidates for `table`, the same list object while the table stays the same.
+
+        Profiles cache their filter results by the list's identity, and the stats inside are
+        updated in place, so handing out one list per table keeps every request cheap.
+        """
+        cached = self._candidates
+        if cached is not None and cached[0] is table:
+            return cached[1]
         out = []
         for replica in table.replicas:
             stats = self._stats.get(replica.replica_id)
@@ -39,6 +49,7 @@ class FleetState:
                     replica.capacity_prior_tokens_per_s
                 )
             out.append(Candidate(replica, stats))
+        self._candidates = (table, out)
         return out
 
     # -- the forwarder's bookkeeping -----------------------------------------------------------

@@ -81,9 +81,55 @@ class Picker(Protocol):
         view: RoutingView,
         candidates: Sequence[Candidate],
         scores: Sequence[float],
+        *,
+        limit: int | None = None,
     ) -> list[Candidate]:
-        """Candidates in the order to try them: the first is the primary."""
+        """Candidates in the order to try them: the first is the primary.
+
+        `candidates` is never empty. At most `limit` are returned (all when None), so a picker
+        need not order candidates nobody will try.
+        """
         ...
+
+
+@runtime_checkable
+class RequestIndependentFilter(Filter, Protocol):
+    """Optional: a filter whose result depends on the request only through its model.
+
+    It reads the table, the replicas' state and health, their circuit breakers and last scraped
+    load, but nothing else of the request, so a profile may reuse its result for every request for
+    the same model, table version and time bucket (see `Profile`). `REQUEST_INDEPENDENT` says
+    whether that is allowed.
+    """
+
+    REQUEST_INDEPENDENT: ClassVar[bool]
+
+
+@runtime_checkable
+class Nominator(Protocol):
+    """Optional, for scorers: name the few eligible candidates this scorer would rate highest.
+
+    Called only when a profile scores a sample of the eligible candidates rather than all of them,
+    so that the sample still holds what this scorer prefers (the prefix's home replica, a local
+    replica). Must be sublinear in `len(eligible)`; `eligible` is a tuple that is not mutated, so
+    per-list work may be cached by its identity.
+    """
+
+    def nominate(
+        self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
+    ) -> Sequence[Candidate]: ...
+
+
+@runtime_checkable
+class WholeSetPicker(Picker, Protocol):
+    """Optional: a picker that ignores scores and must see every eligible candidate.
+
+    Round robin's cycle and weighted random's distribution are defined over the whole eligible
+    set; such a picker is sublinear on its own (it caches per eligible tuple), so the profile hands
+    it the whole set, unsampled and unscored. `WHOLE_SET` says whether it wants that.
+    """
+
+    WHOLE_SET: ClassVar[bool]
 
 
 @runtime_checkable

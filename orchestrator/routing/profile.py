@@ -8,8 +8,10 @@ Filters are hard unless marked soft: a soft filter that would leave no candidate
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.routing.context import RequestContext
@@ -17,13 +19,19 @@ from orchestrator.routing.plugin import (
     Candidate,
     Decision,
     Filter,
+    Nominator,
     Picker,
+    RequestIndependentFilter,
     RequestObserver,
     RoutingView,
     Scorer,
+    WholeSetPicker,
 )
 
 MAX_FALLBACKS = 3
+DEFAULT_SAMPLE_SIZE = 8
+ELIGIBLE_BUCKET_S = 0.2  # how long a request-independent filter result may be reused
+_ELIGIBLE_ENTRIES = 16  # cached filter results kept (models × buckets × candidate lists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,32 +51,175 @@ class NoCandidateError(OrchestratorError):
 
 
 @dataclass(frozen=True, slots=True)
+class _Eligible:
+    """Cached filters' result for one candidate list: survivors, or the filter that left none."""
+
+    source: Sequence[Candidate]
+    survivors: tuple[Candidate, ...]
+    excluded_by: str | None
+
+
+class _DecisionState:
+    """What a profile keeps between decisions: its random source and its filter cache."""
+
+    __slots__ = (
+        "cached_filters",
+        "entries",
+        "latest",
+        "nominators",
+        "observers",
+        "rng",
+        "whole_set",
+    )
+
+    def __init__(self, profile: Profile) -> None:
+        self.rng = random.Random(profile.seed)
+        picker = profile.picker
+        self.whole_set = isinstance(picker, WholeSetPicker) and picker.WHOLE_SET
+        self.cached_filters = 0
+        for step in profile.filters:
+            plugin = step.plugin
+            if not (isinstance(plugin, RequestIndependentFilter) and plugin.REQUEST_INDEPENDENT):
+                break
+            self.cached_filters += 1
+        self.nominators = tuple(
+            s.plugin for s in profile.scorers if isinstance(s.plugin, Nominator)
+        )
+        self.observers = tuple(
+            p
+            for p in (*(s.plugin for s in profile.scorers), profile.picker)
+            if isinstance(p, RequestObserver)
+        )
+        self.entries: dict[tuple[str, int, int, int], _Eligible] = {}
+        self.latest: dict[str, tuple[Candidate, ...]] = {}
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
+    """Filters, then weighted scorers, then a picker; cost nearly flat in the fleet's size.
+
+    Two things keep a decision's cost from growing with the number of replicas:
+
+    1. Cached filtering. The leading filters that are request-independent (they read the request
+       only for its model: `model-served`, `healthy`, `not-draining`, `kv-headroom`,
+       `fabric-healthy`, `site-allowed`), soft ones included, run once per (model, table
+       version, 0.2 s bucket of `view.now_s`, identity of the candidate list) and their survivors
+       are reused as one tuple; a later bucket that finds the same survivors reuses the same tuple
+       too, so plugins' per-tuple caches (hash ring, weights) stay warm. A circuit that opens or a
+       scrape that lands is therefore seen within 0.2 s; a table change at once. Callers pass the
+       same candidate list for as long as the table is unchanged (`FleetState.candidates`) and
+       never mutate it. Filters after the first request-dependent one run on every request.
+
+    2. Power-of-k choices. When more than `sample_size` candidates survive, the scorers rate only
+       `sample_size` of them drawn uniformly at random, plus those the scorers nominate
+       (`Nominator`: `prefix-affinity` names the prefix's replicas on its hash ring,
+       `site-locality` a few local replicas), and the picker chooses among those. Sampling
+       k ≥ 2 candidates and taking the least utilised keeps utilisation even across the fleet
+       (Mitzenmacher's power of d choices), so capacity-proportional shares survive sampling.
+       With at most `sample_size` survivors, every one is scored: the decision is exact.
+
+    A `WholeSetPicker` (round robin, weighted random) sees every survivor, unsampled and
+    unscored, so such a profile has no scorers. Randomness comes from `random.Random(seed)`;
+    router processes sharing a fleet should use different seeds, or they sample in lockstep.
+    """
+
     name: str
     filters: tuple[FilterStep, ...]
     scorers: tuple[ScorerStep, ...]
     picker: Picker
     max_fallbacks: int = MAX_FALLBACKS
+    sample_size: int = DEFAULT_SAMPLE_SIZE
+    seed: int = 0
+    _state: _DecisionState = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.sample_size < 1:
+            raise ValueError(f"profile `{self.name}`: sample_size must be at least 1")
+        if self.max_fallbacks < 0:
+            raise ValueError(f"profile `{self.name}`: max_fallbacks must not be negative")
+        state = _DecisionState(self)
+        if self.scorers and state.whole_set:
+            raise ValueError(
+                f"profile `{self.name}`: scorers: picker `{self.picker.TYPE}` ignores scores, "
+                "so a profile using it has no scorers"
+            )
+        object.__setattr__(self, "_state", state)
 
     def decide(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> Decision:
         """Choose a primary and fallbacks, or raise `NoCandidateError`."""
-        remaining = list(candidates)
-        for step in self.filters:
+        eligible = self._eligible(ctx, view, candidates)
+        limit = 1 + self.max_fallbacks
+        if self._state.whole_set:
+            ordered = self.picker.pick(ctx, view, eligible, [0.0] * len(eligible), limit=limit)
+        else:
+            scored = (
+                eligible if len(eligible) <= self.sample_size else self._sample(ctx, view, eligible)
+            )
+            scores = self._combined_scores(ctx, view, scored)
+            ordered = self.picker.pick(ctx, view, scored, scores, limit=limit)
+        primary = ordered[0].replica
+        for observer in self._state.observers:
+            observer.on_routed(ctx, primary)
+        fallbacks = tuple(c.replica for c in ordered[1:limit])
+        return Decision(primary=primary, fallbacks=fallbacks, profile=self.name)
+
+    def _eligible(
+        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+    ) -> Sequence[Candidate]:
+        state = self._state
+        key = (
+            ctx.model,
+            view.table.version,
+            math.floor(view.now_s / ELIGIBLE_BUCKET_S),
+            id(candidates),
+        )
+        entry = state.entries.get(key)
+        if entry is None or entry.source is not candidates:
+            entry = self._run_cached_filters(ctx, view, candidates)
+            state.entries[key] = entry
+            if len(state.entries) > _ELIGIBLE_ENTRIES:
+                del state.entries[next(iter(state.entries))]
+        if entry.excluded_by is not None:
+            raise self._nothing_left(ctx, candidates, entry.excluded_by)
+        remaining: Sequence[Candidate] = entry.survivors
+        for step in self.filters[state.cached_filters :]:
             narrowed = step.plugin.filter(ctx, view, remaining)
             if narrowed or not step.soft:
                 remaining = narrowed
             if not remaining:
                 raise self._nothing_left(ctx, candidates, step.plugin.name)
-        scores = self._combined_scores(ctx, view, remaining)
-        ordered = self.picker.pick(ctx, view, remaining, scores)
-        primary = ordered[0].replica
-        for plugin in (*(s.plugin for s in self.scorers), self.picker):
-            if isinstance(plugin, RequestObserver):
-                plugin.on_routed(ctx, primary)
-        fallbacks = tuple(c.replica for c in ordered[1 : 1 + self.max_fallbacks])
-        return Decision(primary=primary, fallbacks=fallbacks, profile=self.name)
+        return remaining
+
+    def _run_cached_filters(
+        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+    ) -> _Eligible:
+        remaining: Sequence[Candidate] = candidates
+        for step in self.filters[: self._state.cached_filters]:
+            narrowed = step.plugin.filter(ctx, view, remaining)
+            if narrowed or not step.soft:
+                remaining = narrowed
+            if not remaining:
+                return _Eligible(candidates, (), step.plugin.name)
+        survivors = tuple(remaining)
+        previous = self._state.latest.get(ctx.model)
+        if previous is not None and _same(previous, survivors):
+            survivors = previous
+        self._state.latest[ctx.model] = survivors
+        return _Eligible(candidates, survivors, None)
+
+    def _sample(
+        self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
+    ) -> list[Candidate]:
+        chosen = self._state.rng.sample(eligible, self.sample_size)
+        seen = {id(c) for c in chosen}
+        for nominator in self._state.nominators:
+            for candidate in nominator.nominate(ctx, view, eligible):
+                if id(candidate) not in seen:
+                    seen.add(id(candidate))
+                    chosen.append(candidate)
+        return chosen
 
     def _combined_scores(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
@@ -96,3 +247,10 @@ class Profile:
             ErrorCode.UNAVAILABLE,
             f"no replica of `{ctx.model}` can take the request now ({filter_name} excluded all)",
         )
+
+
+def _same(a: tuple[Candidate, ...], b: tuple[Candidate, ...]) -> bool:
+    """Same replicas with the same live stats, even if the `Candidate` wrappers were rebuilt."""
+    return len(a) == len(b) and all(
+        x.replica is y.replica and x.stats is y.stats for x, y in zip(a, b, strict=True)
+    )

@@ -1,0 +1,1 @@
+"""Filters: each narrows the candidates by one rule."""

@@ -1,0 +1,1 @@
+"""Pickers: each turns scored candidates into a primary and ordered fallbacks."""

@@ -1,0 +1,69 @@
+"""Scorer `latency-slo`: prefer replicas predicted to meet the TTFT and TPOT targets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from orchestrator.routing.context import RequestContext
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.signals import (
+    DEFAULT_DEGRADED_CAPACITY_FACTOR,
+    predicted_tpot_s,
+    predicted_ttft_s,
+    utilisation,
+)
+
+
+class _Params(PluginParamsModel):
+    degraded_capacity_factor: Annotated[
+        float, Field(gt=0.0, le=1.0, alias="degradedCapacityFactor")
+    ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
+
+
+class LatencySloScorer:
+    """score = min(1, T_ttft / TTFT_pred) × min(1, T_tpot / TPOT_pred).
+
+    With ρ the replica's utilisation (as in `capacity-headroom`), in seconds:
+        TTFT_pred = ttft_base / (1 − min(ρ, 0.95)), ttft_base = measured TTFT or T_ttft / 4;
+        TPOT_pred = tpot_base × (1 + ρ),            tpot_base = measured TPOT or T_tpot / 2.
+    Targets T come from the view. A replica predicted within both targets scores 1; one predicted
+    at twice a target scores 1/2. An unmeasured replica scores 1 up to ρ = 0.75.
+
+    Type: latency-slo. Range (0, 1].
+    Parameters: degradedCapacityFactor (in (0, 1], default 0.5), as in `capacity-headroom`.
+    """
+
+    TYPE: ClassVar[str] = "latency-slo"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        degraded_capacity_factor: float = DEFAULT_DEGRADED_CAPACITY_FACTOR,
+    ) -> None:
+        self.name = name or self.TYPE
+        self.degraded_capacity_factor = degraded_capacity_factor
+
+    @classmethod
+    def from_params(cls, name: str, params: PluginParams) -> LatencySloScorer:
+        parsed = parse_params(_Params, cls.TYPE, name, params)
+        return cls(name, degraded_capacity_factor=parsed.degraded_capacity_factor)
+
+    def score(
+        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+    ) -> list[float]:
+        return [self._score(c, view) for c in candidates]
+
+    def _score(self, candidate: Candidate, view: RoutingView) -> float:
+        rho = utilisation(candidate, view.target_tpot_s, self.degraded_capacity_factor)
+        ttft = _within(view.target_ttft_s, predicted_ttft_s(candidate, view, rho))
+        tpot = _within(view.target_tpot_s, predicted_tpot_s(candidate, view, rho))
+        return ttft * tpot
+
+
+def _within(target_s: float, predicted_s: float) -> float:
+    return 1.0 if predicted_s <= target_s else target_s / predicted_s

@@ -1,0 +1,202 @@
+"""Scorer `prefix-affinity`: keep requests with the same prompt start on one replica (its prefix
+cache), unless that replica is busier than the fleet by more than a bound."""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from orchestrator.core.records import Replica
+from orchestrator.routing.context import RequestContext
+from orchestrator.routing.memo import IdentityMemo
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisation
+from orchestrator.table.snapshot import RoutingTable
+
+DEFAULT_LOAD_FACTOR = 0.25
+DEFAULT_VIRTUAL_NODES = 64
+DEFAULT_NOMINEES = 2
+NO_PREFIX_SCORE = 0.5
+_RING = 1 << 64
+_MASK = _RING - 1
+
+
+class _Params(PluginParamsModel):
+    load_factor: Annotated[float, Field(ge=0.0, alias="loadFactor")] = DEFAULT_LOAD_FACTOR
+    degraded_capacity_factor: Annotated[
+        float, Field(gt=0.0, le=1.0, alias="degradedCapacityFactor")
+    ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
+    virtual_nodes: Annotated[int, Field(ge=1, le=1024, alias="virtualNodes")] = (
+        DEFAULT_VIRTUAL_NODES
+    )
+    nominees: Annotated[int, Field(ge=1, le=64)] = DEFAULT_NOMINEES
+
+
+class _Ring:
+    """The eligible replicas' virtual nodes, sorted by position: positions and owner indices."""
+
+    __slots__ = ("largest", "owners", "positions")
+
+    def __init__(
+        self, eligible: Sequence[Candidate], largest: float, points_of: Callable[[Replica], int]
+    ) -> None:
+        self.largest = largest
+        points = sorted(
+            (position, index)
+            for index, candidate in enumerate(eligible)
+            for position in ring_points(candidate.replica.replica_id, points_of(candidate.replica))
+        )
+        self.positions = [position for position, _ in points]
+        self.owners = [index for _, index in points]
+
+
+def _largest_capacity(table: RoutingTable) -> float:
+    return max((r.capacity_prior_tokens_per_s for r in table.replicas), default=0.0)
+
+
+class PrefixAffinityScorer:
+    """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
+
+    Each replica owns points on a 64-bit ring, placed by BLAKE2b of its id so that every router
+    process computes the same ring: `virtualNodes` for the table's largest capacity prior, and
+    for the others in proportion to their prior (at least 1), so prefixes find their home on each
+    replica in proportion to its capacity and affinity does not undo capacity-proportional
+    shares. A request's point is a SplitMix64 mix of `ctx.prefix_hash`; its preference order is
+    the replicas met walking the ring clockwise from that point. With ρ each candidate's
+    utilisation (as in `capacity-headroom`):
+
+        score = 1 for the first candidate in preference order with ρ ≤ (1 + loadFactor) × mean ρ,
+                0 for every other candidate;
+        score = 0.5 for every candidate when `ctx.prefix_hash` is None (no preference).
+
+    The mean is over the candidates scored, so a hot prefix keeps its replica only while that
+    replica is at most `loadFactor` busier than the rest, then moves to the next one on the ring.
+    The order over any subset of replicas is the full order restricted to it, so a sampled
+    decision agrees with an exact one; `nominate` names the first `nominees` replicas on the ring
+    in O(log n) (the ring is built once per eligible tuple).
+
+    Type: prefix-affinity. Range {0, 0.5, 1}.
+    Parameters: loadFactor (≥ 0, default 0.25); degradedCapacityFactor (in (0, 1], default 0.5);
+    virtualNodes (1..1024, default 64); nominees (1..64, default 2).
+    """
+
+    TYPE: ClassVar[str] = "prefix-affinity"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+        degraded_capacity_factor: float = DEFAULT_DEGRADED_CAPACITY_FACTOR,
+        virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+        nominees: int = DEFAULT_NOMINEES,
+    ) -> None:
+        self.name = name or self.TYPE
+        self.load_factor = load_factor
+        self.degraded_capacity_factor = degraded_capacity_factor
+        self.virtual_nodes = virtual_nodes
+        self.nominees = nominees
+        self._largest: IdentityMemo[RoutingTable, float] = IdentityMemo()
+        self._rings: IdentityMemo[Sequence[Candidate], _Ring] = IdentityMemo()
+
+    @classmethod
+    def from_params(cls, name: str, params: PluginParams) -> PrefixAffinityScorer:
+        parsed = parse_params(_Params, cls.TYPE, name, params)
+        return cls(
+            name,
+            load_factor=parsed.load_factor,
+            degraded_capacity_factor=parsed.degraded_capacity_factor,
+            virtual_nodes=parsed.virtual_nodes,
+            nominees=parsed.nominees,
+        )
+
+    def score(
+        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+    ) -> list[float]:
+        if ctx.prefix_hash is None:
+            return [NO_PREFIX_SCORE] * len(candidates)
+        point = prefix_point(ctx.prefix_hash)
+        rhos = [
+            utilisation(c, view.target_tpot_s, self.degraded_capacity_factor) for c in candidates
+        ]
+        bound = (1.0 + self.load_factor) * sum(rhos) / len(rhos)
+        scores = [0.0] * len(candidates)
+        largest = self._largest.get(view.table, _largest_capacity)
+        by_preference = sorted(
+            range(len(candidates)),
+            key=lambda i: ring_distance(
+                point,
+                ring_points(
+                    candidates[i].replica.replica_id,
+                    self._points(candidates[i].replica, largest),
+                ),
+            ),
+        )
+        for index in by_preference:
+            if rhos[index] <= bound:
+                scores[index] = 1.0
+                break
+        return scores
+
+    def nominate(
+        self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
+    ) -> list[Candidate]:
+        if ctx.prefix_hash is None or not eligible:
+            return []
+        largest = self._largest.get(view.table, _largest_capacity)
+        ring = self._rings.get(eligible, lambda e: self._ring(e, largest))
+        if ring.largest != largest:
+            ring = self._rings.put(eligible, self._ring(eligible, largest))
+        wanted = min(self.nominees, len(eligible))
+        start = bisect_left(ring.positions, prefix_point(ctx.prefix_hash))
+        chosen: list[int] = []
+        for step in range(len(ring.positions)):
+            owner = ring.owners[(start + step) % len(ring.positions)]
+            if owner not in chosen:
+                chosen.append(owner)
+                if len(chosen) == wanted:
+                    break
+        return [eligible[i] for i in chosen]
+
+    def _points(self, replica: Replica, largest: float) -> int:
+        """Virtual nodes of `replica`: ∝ its capacity prior, `virtual_nodes` for the largest."""
+        if largest <= 0.0 or replica.capacity_prior_tokens_per_s >= largest:
+            return self.virtual_nodes
+        share = replica.capacity_prior_tokens_per_s / largest
+        return max(1, round(self.virtual_nodes * share))
+
+    def _ring(self, eligible: Sequence[Candidate], largest: float) -> _Ring:
+        return _Ring(eligible, largest, lambda replica: self._points(replica, largest))
+
+
+@lru_cache(maxsize=1 << 16)
+def ring_points(replica_id: str, virtual_nodes: int) -> tuple[int, ...]:
+    """A replica's sorted positions on the ring: the same in every process (no `hash()` salt)."""
+    return tuple(
+        sorted(
+            int.from_bytes(
+                hashlib.blake2b(f"{replica_id}#{v}".encode(), digest_size=8).digest(), "big"
+            )
+            for v in range(virtual_nodes)
+        )
+    )
+
+
+def prefix_point(prefix_hash: int) -> int:
+    """SplitMix64 finaliser: spreads nearby or small hashes over the whole ring."""
+    z = (prefix_hash + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def ring_distance(point: int, positions: tuple[int, ...]) -> int:
+    """Clockwise distance from `point` to the nearest of `positions` (sorted): the walk order."""
+    index = bisect_left(positions, point)
+    return positions[index] - point if index < len(positions) else positions[0] + _RING - point
