@@ -1,9 +1,9 @@
 """Online capacity estimation: what each replica sustains within the latency targets.
 
-Every scrape of a replica's `/metrics` gives its running batch B, and from the token counters its
-output rate R and the prompt tokens it prefilled per output token, ρ. While decoding, each running
-sequence gets one token per engine step, so the mean step time is B / R, and it grows with the
-work a step carries:
+Scrapes of a replica's `/metrics` give its running batch B and, from the token counters over the
+last few scrapes, its output rate R and the prompt tokens it prefilled per output token, ρ.
+While decoding, each running sequence gets one token per engine step, so the mean step time is
+B / R, and it grows with the work a step carries:
 
     step = a + b·B + c·B·ρ      (a: the weight read; b: attention over each sequence's KV;
                                  c: prefill, whose tokens per step are B·ρ)
@@ -25,6 +25,7 @@ fleet model's figure, or whatever the table says); the fit takes over as load re
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from orchestrator.core.records import ReplicaLoad
@@ -44,6 +45,7 @@ PLATEAU_GROWTH = 1.02  # a batch that grew less than this over the queued scrape
 LIGHT_LOAD = 0.4  # below this share of the step target, a lower estimate is not believed
 HEAVY_LOAD = 0.8  # from this share on, it is believed fully
 DEFAULT_PROMPT_TO_OUTPUT = 5000 / 1278  # the MLPerf gpt-oss-120b set's mean lengths
+WINDOW_SCRAPES = 5  # each observation spans this many scrapes: one second of tokens is noisy
 
 Vector = list[float]
 Matrix = list[list[float]]
@@ -74,9 +76,7 @@ class _Fit:
     theta: Vector = field(default_factory=list)
     sxx: Matrix = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
     sxy: Vector = field(default_factory=lambda: [0.0] * 3)
-    last_generated: float | None = None
-    last_prompt: float | None = None
-    last_seen_s: float | None = None
+    window: deque[tuple[float, float, float | None, int]] = field(default_factory=deque)
     batch_limit: float | None = None
     queued_scrapes: int = 0
     queued_since_batch: float = 0.0
@@ -133,22 +133,26 @@ class CapacityEstimator:
         if fit is None:
             fit = self._fits[replica_id] = self._prior(stats)
         generated, prompt = load.generation_tokens_total, load.prompt_tokens_total
-        last_generated, last_prompt, last_s = fit.last_generated, fit.last_prompt, fit.last_seen_s
-        fit.last_generated, fit.last_prompt, fit.last_seen_s = generated, prompt, now_s
-        if generated is None or last_generated is None or last_s is None or now_s <= last_s:
+        if generated is None:
             return
-        produced = generated - last_generated
-        if produced < 0:  # the engine restarted: its counters began again
-            return
+        window = fit.window
+        if window and (generated < window[-1][1] or now_s <= window[-1][0]):
+            window.clear()  # the engine restarted (its counters began again) or time went back
+        window.append((now_s, generated, prompt, load.running))
         self._track_batch_limit(fit, load)
-        if produced == 0 or load.running < MIN_BATCH:
+        if len(window) <= WINDOW_SCRAPES:
+            return
+        first_s, first_generated, first_prompt, _ = window.popleft()
+        produced = generated - first_generated
+        batch = sum(entry[3] for entry in window) / len(window)
+        if produced <= 0 or batch < MIN_BATCH:
             return
         ratio = fit.ratio
-        if prompt is not None and last_prompt is not None and prompt >= last_prompt:
-            ratio = (prompt - last_prompt) / produced
+        if prompt is not None and first_prompt is not None and prompt >= first_prompt:
+            ratio = (prompt - first_prompt) / produced
             fit.ratio += RATIO_SMOOTHING * (ratio - fit.ratio)
-        step_s = load.running * (now_s - last_s) / produced
-        fit.update([1.0, float(load.running), load.running * ratio], step_s)
+        step_s = batch * (now_s - first_s) / produced
+        fit.update([1.0, batch, batch * ratio], step_s)
         fit.utilisation += SMOOTHING * (step_s / self.step_target_s - fit.utilisation)
         estimate = self.capacity_of(fit)
         if estimate is None:
