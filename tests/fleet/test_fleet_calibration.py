@@ -153,6 +153,6 @@ def test_write_efficiencies_refuses_a_generation_the_block_does_not_list(tmp_pat
     copy = tmp_path / "calibration.yaml"
     shutil.copyfile(calibration_path(), copy)
     original = copy.read_text()
-    with pytest.raises(ValueError, match="no calibrated.sequence_efficiency entry for MI325X"):
+    with pytest.raises(ValueError, match=r"no calibrated\.sequence_efficiency entry for MI325X"):
         write_efficiencies(copy, {Generation.MI325X: 0.3})
     assert copy.read_text() == original
