@@ -97,6 +97,87 @@ def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {raw}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from orchestrator.frontends.http.app import HttpSettings
+    from orchestrator.frontends.http.auth import ApiKeys
+    from orchestrator.frontends.http.server import Listen, serve
+    from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
+
+    config = RouterConfig(
+        replicas_file=Path(args.config),
+        profile=args.profile,
+        settings=RouterSettings(latency_scale=args.latency_scale),
+    )
+    RouterService.from_config(config)  # reject a bad file or profile before serving anything
+    keys = None
+    if args.api_keys_file is not None:
+        keys = ApiKeys.from_file(Path(args.api_keys_file))
+    elif args.api_keys_env is not None:
+        keys = ApiKeys.from_env(args.api_keys_env)
+    http = HttpSettings(max_body_bytes=args.max_body_bytes, api_keys=keys)
+    companions = []
+    if args.grpc_port:
+        from functools import partial
+
+        from orchestrator.frontends.grpc.server import grpc_serving
+
+        companions.append(partial(grpc_serving, host=args.host, port=args.grpc_port))
+    listen = Listen(args.host, args.port, args.workers)
+    return serve(config, http, listen, args.log_level, companions=companions)
+
+
+def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    router = commands.add_parser(
+        "router", help="serve the OpenAI-compatible endpoint over the replicas of a replicas file"
+    )
+    router.add_argument("--config", required=True, help="replicas file (kind: Replicas)")
+    router.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    router.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks one)")
+    router.add_argument(
+        "--grpc-port", type=_port, default=50051, help="gRPC port (default 50051; 0 disables)"
+    )
+    router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
+    router.add_argument(
+        "--latency-scale", type=_positive_float, default=1.0,
+        help="multiply the latency targets (TTFT 3 s, TPOT 0.08 s) and the request deadline "
+        "(600 s) by this, for simulated replicas slowed down by their timeScale (default 1)",
+    )  # fmt: skip
+    keys = router.add_mutually_exclusive_group()
+    keys.add_argument("--api-keys-file", help="require one of these keys (one per line)")
+    keys.add_argument("--api-keys-env", help="require one of the keys in this environment variable")
+    router.add_argument(
+        "--max-body-bytes", type=_positive_int, default=8 * 1024 * 1024,
+        help="largest request body accepted (default 8 MiB)",
+    )  # fmt: skip
+    router.add_argument(
+        "--workers", type=_positive_int, default=1,
+        help="worker processes sharing the port with SO_REUSEPORT (default 1)",
+    )  # fmt: skip
+    router.set_defaults(handler=cmd_router)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrator",
@@ -139,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="store the fitted efficiencies and predicted capacities in the package data",
     )
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
+    _add_router_command(commands)
     return parser
 
 

@@ -116,6 +116,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutedFleet]:
             "--worker-urls", *(r.url for r in replicas),
             "--policy", "round_robin",
             "--log-level", "warn",
+            "--prometheus-port", str(free_port()),  # its default, 29000, may be taken
         ]  # fmt: skip
         with log.open("wb") as sink:
             router = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)

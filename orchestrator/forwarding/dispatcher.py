@@ -1,0 +1,408 @@
+"""Carry out a routing decision: send the request body unchanged to the primary replica, move on to
+the fallbacks while nothing has reached the client yet, and relay the answer.
+
+Contract of `Dispatcher.dispatch`:
+
+- Before the first byte of a successful answer (for a stream: its first SSE bytes, which the
+  replica sends with its first token), a connect error, a 5xx, a dropped connection or an open
+  circuit moves the request to the next fallback (each move counts as a retry). When every
+  candidate failed, it raises UNAVAILABLE.
+- A 4xx from the replica is the client's answer: returned as it is, never retried.
+- Once a stream has started, an upstream failure ends it with a terminal SSE event
+  `data: {"error": {...}}` followed by `data: [DONE]`.
+- The absolute `deadline_s` bounds everything, connect and read timeouts included: before the
+  first byte its expiry raises DEADLINE_EXCEEDED, mid-stream it ends the stream with an error event.
+- Cancelling the caller (a client that went away) or closing `UpstreamReply.chunks` closes the
+  upstream connection at once, so the replica aborts the request.
+- FleetState sees exactly one `started` and one `finished` per attempt, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+import aiohttp
+
+from orchestrator.core.clock import Clock, MonotonicClock
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.openai_errors import openai_error
+from orchestrator.core.records import Replica
+from orchestrator.forwarding.breaker import CircuitBreakers
+from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
+from orchestrator.forwarding.upstream import UpstreamPool
+from orchestrator.routing.context import RequestContext
+from orchestrator.routing.fleet_state import FleetState
+from orchestrator.routing.plugin import RoutingView
+from orchestrator.routing.profile import Profile
+from orchestrator.table.source import TableHolder
+
+SSE_CONTENT_TYPE: Final = "text/event-stream"
+_REQUEST_HEADERS: Final = {"Content-Type": "application/json"}
+_DATA: Final = b"data:"
+_DONE_EVENT: Final = b"data: [DONE]\n\n"
+_COMPLETION_TOKENS: Final = b'"completion_tokens":'
+_PASSED_HEADERS: Final = ("Content-Type", "Content-Encoding")
+
+
+class UpstreamErrorKind(StrEnum):
+    """Why a replica failed us: the `kind` label of the upstream error counter."""
+
+    CONNECT = "connect"  # refused, reset or timed out before an answer began
+    HTTP_5XX = "http_5xx"
+    DISCONNECT = "disconnect"  # the answer began, then the connection broke
+    CIRCUIT_OPEN = "circuit_open"  # skipped: routed to before routing saw its circuit open
+    HEALTH = "health"
+    SCRAPE = "scrape"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettings:
+    """Latency targets for routing views (wall seconds) and the per-attempt connect timeout."""
+
+    target_ttft_s: float
+    target_tpot_s: float
+    connect_timeout_s: float = 2.0
+
+
+@dataclass(slots=True)
+class UpstreamReply:
+    """The answer to relay: `status` and `headers` as the replica sent them, and either `body`
+    (a whole answer) or `chunks` (SSE bytes as they arrive). Whoever gets a reply with chunks
+    must `aclose()` it once done, and at once when the client goes away."""
+
+    status: int
+    headers: Mapping[str, str]
+    replica: Replica
+    body: bytes | None = None
+    chunks: StreamRelay | None = None
+    retries: int = 0
+
+    async def aclose(self) -> None:
+        if self.chunks is not None:
+            await self.chunks.aclose()
+
+
+class _Attempt:
+    """One try on one replica, finished exactly once (FleetState, breaker and metrics agree)."""
+
+    __slots__ = ("done", "first_token_s", "replica", "series", "started_s")
+
+    def __init__(self, replica: Replica, series: ReplicaSeries, started_s: float) -> None:
+        self.replica = replica
+        self.series = series
+        self.started_s = started_s
+        self.first_token_s: float | None = None
+        self.done = False
+
+
+class _Ledger:
+    """The books every attempt keeps: FleetState, the breaker, per-replica metrics.
+
+    `open` counts an attempt in; `close` counts it out exactly once, whatever ended it.
+    """
+
+    __slots__ = ("_breakers", "_clock", "_fleet", "_metrics")
+
+    def __init__(
+        self, fleet: FleetState, breakers: CircuitBreakers, metrics: RouterMetrics, clock: Clock
+    ) -> None:
+        self._fleet = fleet
+        self._breakers = breakers
+        self._metrics = metrics
+        self._clock = clock
+
+    def open(self, replica: Replica, start_s: float) -> _Attempt:
+        series = self._metrics.series(replica)
+        self._fleet.started(replica)
+        series.in_flight.inc()
+        return _Attempt(replica, series, start_s)
+
+    def first_token(self, attempt: _Attempt) -> None:
+        attempt.first_token_s = self._clock.now()
+        ttft_s = attempt.first_token_s - attempt.started_s
+        self._fleet.first_token(attempt.replica, ttft_s)
+        attempt.series.ttft.observe(ttft_s)
+
+    def close(
+        self,
+        attempt: _Attempt,
+        *,
+        ok: bool,
+        output_tokens: int | None,
+        replica_failed: bool = False,
+        stream: bool = False,
+    ) -> None:
+        """Count the attempt out, once; later calls do nothing.
+
+        `ok` means the replica's whole answer reached us (a 4xx answer included); a failure,
+        the deadline or a client that went away make it false, and only a replica failure counts
+        against the breaker. Non-streamed answers give no TTFT or TPOT: the router cannot see
+        when their tokens were made.
+        """
+        if attempt.done:
+            return
+        attempt.done = True
+        replica_id = attempt.replica.replica_id
+        end_s = self._clock.now()
+        tokens = output_tokens or 0
+        tpot_s = None
+        if stream and attempt.first_token_s is not None and tokens > 1:
+            tpot_s = (end_s - attempt.first_token_s) / (tokens - 1)
+        self._fleet.finished(attempt.replica, ok=ok, output_tokens=tokens, tpot_s=tpot_s)
+        attempt.series.in_flight.dec()
+        if replica_failed:
+            self._breakers.failed(replica_id)
+        elif ok:
+            self._breakers.succeeded(replica_id)
+            attempt.series.e2e.observe(end_s - attempt.started_s)
+            if tpot_s is not None:
+                attempt.series.tpot.observe(tpot_s)
+        else:
+            self._breakers.released(replica_id)
+
+    def upstream_error(self, replica: Replica, kind: UpstreamErrorKind) -> None:
+        self._metrics.upstream_errors.labels(replica.replica_id, kind.value).inc()
+
+
+class _AttemptFailed(Exception):
+    """This replica cannot take the request; try the next one."""
+
+    def __init__(self, kind: UpstreamErrorKind) -> None:
+        super().__init__(kind.value)
+        self.kind = kind
+
+
+class Dispatcher:
+    """Routes with `profile` over the live table and forwards over the shared upstream pool."""
+
+    def __init__(
+        self,
+        *,
+        table: TableHolder,
+        fleet: FleetState,
+        profile: Profile,
+        breakers: CircuitBreakers,
+        upstream: UpstreamPool,
+        metrics: RouterMetrics,
+        settings: DispatchSettings,
+        clock: Clock | None = None,
+    ) -> None:
+        self._table = table
+        self._fleet = fleet
+        self.profile = profile
+        self._breakers = breakers
+        self._upstream = upstream
+        self._metrics = metrics
+        self.settings = settings
+        self._clock = clock or MonotonicClock()
+        self._ledger = _Ledger(fleet, breakers, metrics, self._clock)
+
+    async def dispatch(
+        self, ctx: RequestContext, path: str, body: bytes, *, deadline_s: float
+    ) -> UpstreamReply:
+        """Forward `body` to `path` (e.g. "/v1/chat/completions") on the chosen replica.
+
+        `deadline_s` is absolute, on the dispatcher clock (`time.monotonic()` by default).
+        Raises `OrchestratorError`: NOT_FOUND (unknown model), UNAVAILABLE (no replica could take
+        it), DEADLINE_EXCEEDED (the deadline passed before the first byte).
+        """
+        table = self._table.snapshot()
+        now = self._clock.now()
+        if deadline_s <= now:
+            raise _deadline_error()
+        view = RoutingView(table, self.settings.target_ttft_s, self.settings.target_tpot_s, now)
+        decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
+        primary = decision.primary
+        self._metrics.decided(decision.profile, primary)
+        failures: list[str] = []
+        for index, replica in enumerate((primary, *decision.fallbacks)):
+            if index:
+                self._metrics.retries.inc()
+            if not self._breakers.allow(replica.replica_id):
+                self._ledger.upstream_error(replica, UpstreamErrorKind.CIRCUIT_OPEN)
+                failures.append(UpstreamErrorKind.CIRCUIT_OPEN.value)
+                continue
+            try:
+                reply = await self._attempt(replica, path, body, deadline_s)
+            except _AttemptFailed as failure:
+                self._ledger.upstream_error(replica, failure.kind)
+                failures.append(failure.kind.value)
+                continue
+            reply.retries = index
+            return reply
+        raise OrchestratorError(
+            ErrorCode.UNAVAILABLE,
+            f"no replica of `{ctx.model}` could take the request; "
+            f"{len(failures)} tried ({', '.join(failures)})",
+        )
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def _attempt(
+        self, replica: Replica, path: str, body: bytes, deadline_s: float
+    ) -> UpstreamReply:
+        start_s = self._clock.now()
+        remaining_s = deadline_s - start_s
+        if remaining_s <= 0:
+            self._breakers.released(replica.replica_id)
+            raise _deadline_error()
+        timeout = aiohttp.ClientTimeout(
+            total=remaining_s,
+            sock_connect=min(remaining_s, self.settings.connect_timeout_s),
+            ceil_threshold=math.inf,  # fire at the deadline, not at the next whole second
+        )
+        attempt = self._ledger.open(replica, start_s)
+        response: aiohttp.ClientResponse | None = None
+        handed_over = False
+        try:
+            try:
+                response = await self._upstream.session.post(
+                    replica.url + path, data=body, headers=_REQUEST_HEADERS, timeout=timeout
+                )
+                if response.status >= 500:
+                    raise _AttemptFailed(UpstreamErrorKind.HTTP_5XX)
+                headers = _passed_headers(response.headers)
+                streamed = response.status < 300 and headers.get("Content-Type", "").startswith(
+                    SSE_CONTENT_TYPE
+                )
+                if not streamed:
+                    data = await response.read()
+                    response.release()
+                    tokens = _completion_tokens(data) if response.status < 300 else 0
+                    self._ledger.close(attempt, ok=True, output_tokens=tokens)
+                    return UpstreamReply(response.status, headers, replica, body=data)
+                first = await response.content.readany()
+                if not first:
+                    raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as error:
+                raise _AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
+            except aiohttp.ConnectionTimeoutError as error:
+                if self._clock.now() >= deadline_s:
+                    raise _deadline_error() from None
+                raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
+            except TimeoutError:
+                raise _deadline_error() from None
+            except aiohttp.ClientError as error:
+                raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
+            self._ledger.first_token(attempt)
+            relay = StreamRelay(self._ledger, attempt, response, first)
+            handed_over = True
+            return UpstreamReply(response.status, headers, replica, chunks=relay)
+        except _AttemptFailed:
+            self._ledger.close(attempt, ok=False, output_tokens=0, replica_failed=True)
+            raise
+        finally:
+            if not handed_over:
+                if response is not None:
+                    response.close()
+                self._ledger.close(attempt, ok=False, output_tokens=0)
+
+
+class StreamRelay:
+    """An upstream SSE stream as an async iterator of byte chunks, relayed as they arrive.
+
+    Tokens are counted as `data:` events (no JSON parsing per chunk); the final usage chunk, when
+    the client asked for one, gives the exact count. A failure after the first chunk yields one
+    last chunk holding the terminal error event. `aclose()` closes the upstream connection (so the
+    replica aborts) unless the stream already ended; calling it more than once is harmless.
+    """
+
+    __slots__ = ("_attempt", "_events", "_first", "_last", "_ledger", "_previous", "_response")
+
+    def __init__(
+        self,
+        ledger: _Ledger,
+        attempt: _Attempt,
+        response: aiohttp.ClientResponse,
+        first: bytes,
+    ) -> None:
+        self._ledger = ledger
+        self._attempt = attempt
+        self._response: aiohttp.ClientResponse | None = response
+        self._first: bytes | None = first
+        self._events = first.count(_DATA)
+        self._previous = b""
+        self._last = first
+
+    def __aiter__(self) -> StreamRelay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        response = self._response
+        if response is None:
+            raise StopAsyncIteration
+        try:
+            data = await response.content.readany()
+        except TimeoutError:
+            self._end(ok=False)
+            return _error_event(_deadline_error())
+        except aiohttp.ClientError:
+            self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
+            self._end(ok=False, replica_failed=True)
+            return _error_event(
+                OrchestratorError(ErrorCode.UNAVAILABLE, "the replica failed mid-stream")
+            )
+        except BaseException:
+            self._end(ok=False)
+            raise
+        if not data:
+            self._end(ok=True)
+            raise StopAsyncIteration
+        self._events += data.count(_DATA)
+        self._previous, self._last = self._last, data
+        return data
+
+    async def aclose(self) -> None:
+        self._end(ok=False)
+
+    def _end(self, *, ok: bool, replica_failed: bool = False) -> None:
+        response, self._response = self._response, None
+        if response is None:
+            return
+        if ok:
+            response.release()
+        else:
+            response.close()
+        tail = self._previous + self._last
+        tokens = _completion_tokens(tail)
+        if tokens is None:
+            tokens = max(0, self._events - (1 if _DONE_EVENT in tail else 0))
+        self._ledger.close(
+            self._attempt, ok=ok, output_tokens=tokens, replica_failed=replica_failed, stream=True
+        )
+
+
+def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: headers[name] for name in _PASSED_HEADERS if name in headers}
+
+
+def _completion_tokens(data: bytes) -> int | None:
+    """`usage.completion_tokens` read from the end of an answer without parsing all of it."""
+    at = data.rfind(_COMPLETION_TOKENS)
+    if at < 0:
+        return None
+    digits = data[at + len(_COMPLETION_TOKENS) : at + len(_COMPLETION_TOKENS) + 24].lstrip()
+    end = 0
+    while end < len(digits) and 48 <= digits[end] <= 57:
+        end += 1
+    return int(digits[:end]) if end else None
+
+
+def _deadline_error() -> OrchestratorError:
+    return OrchestratorError(
+        ErrorCode.DEADLINE_EXCEEDED, "the request did not finish before its deadline"
+    )
+
+
+def _error_event(error: OrchestratorError) -> bytes:
+    """The terminal SSE events for a stream that cannot go on: an OpenAI error, then [DONE]."""
+    _, body = openai_error(error)
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n" + _DONE_EVENT

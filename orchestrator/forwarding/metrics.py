@@ -1,0 +1,144 @@
+"""The router's Prometheus metrics, defined once: requests, decisions, latencies, in flight,
+retries, upstream errors, circuits and estimated capacity.
+
+Every family is registered on the `CollectorRegistry` passed in (nothing global), named
+`orchestrator_router_*`, and labelled only from: site, pool, generation, replica, code, frontend,
+profile, kind. Per-replica children are cached so the hot path does one dict lookup per metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from orchestrator.core.records import Replica
+
+LATENCY_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
+    640.0,
+)  # fmt: skip
+TOKEN_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5,
+    5.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSeries:
+    """The children of the per-replica families for one replica (looked up once, then reused)."""
+
+    in_flight: Gauge
+    ttft: Histogram
+    tpot: Histogram
+    e2e: Histogram
+
+
+class RouterMetrics:
+    """All router metrics on one registry; one instance per router process."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "orchestrator_router_requests_total",
+            "Client requests answered, by frontend and response code (HTTP status or gRPC code).",
+            ["frontend", "code"],
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "orchestrator_router_decisions_total",
+            "Routing decisions, by the primary replica's pool and generation and the profile.",
+            ["profile", "pool", "generation"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "orchestrator_router_time_to_first_token_seconds",
+            "Seconds from sending a streamed request upstream to its first bytes of output.",
+            ["pool", "generation"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.tpot = Histogram(
+            "orchestrator_router_time_per_output_token_seconds",
+            "Mean seconds between output tokens of a streamed request after its first.",
+            ["pool", "generation"],
+            buckets=TOKEN_BUCKETS_S,
+            registry=registry,
+        )
+        self.e2e = Histogram(
+            "orchestrator_router_request_duration_seconds",
+            "Seconds from sending a request upstream to its last byte, for successful requests.",
+            ["pool", "generation"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "orchestrator_router_in_flight_requests",
+            "Requests this router process has open on each replica.",
+            ["replica"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "orchestrator_router_retries_total",
+            "Times a request moved on to a fallback replica before its first token.",
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "orchestrator_router_upstream_errors_total",
+            "Failures talking to a replica, by kind (connect, http_5xx, disconnect, ...).",
+            ["replica", "kind"],
+            registry=registry,
+        )
+        self.circuit_open = Gauge(
+            "orchestrator_router_circuit_open",
+            "1 while this router keeps requests away from a replica after failures, else 0.",
+            ["replica"],
+            registry=registry,
+        )
+        self.capacity = Gauge(
+            "orchestrator_router_estimated_capacity_tokens_per_second",
+            "Output tokens/s the router estimates a replica sustains within the latency targets.",
+            ["site", "pool", "generation", "replica"],
+            registry=registry,
+        )
+        self._series: dict[str, ReplicaSeries] = {}
+        self._decisions: dict[tuple[str, str], Counter] = {}
+
+    def series(self, replica: Replica) -> ReplicaSeries:
+        """The per-replica children for `replica`, created on first use."""
+        found = self._series.get(replica.replica_id)
+        if found is None:
+            pool, generation = replica.pool, replica.generation.value
+            found = self._series[replica.replica_id] = ReplicaSeries(
+                in_flight=self.in_flight.labels(replica.replica_id),
+                ttft=self.ttft.labels(pool, generation),
+                tpot=self.tpot.labels(pool, generation),
+                e2e=self.e2e.labels(pool, generation),
+            )
+        return found
+
+    def decided(self, profile: str, primary: Replica) -> None:
+        """Count a routing decision whose primary is `primary`."""
+        key = (profile, primary.replica_id)
+        counter = self._decisions.get(key)
+        if counter is None:
+            labels = (profile, primary.pool, primary.generation.value)
+            counter = self._decisions[key] = self.decisions.labels(*labels)
+        counter.inc()
+
+    def forget(self, replica: Replica) -> None:
+        """Drop the per-replica series of a replica that left the table."""
+        self._series.pop(replica.replica_id, None)
+        for key in [key for key in self._decisions if key[1] == replica.replica_id]:
+            del self._decisions[key]
+        for family, labels in (
+            (self.in_flight, (replica.replica_id,)),
+            (self.circuit_open, (replica.replica_id,)),
+            (
+                self.capacity,
+                (replica.site, replica.pool, replica.generation.value, replica.replica_id),
+            ),
+        ):
+            try:
+                family.remove(*labels)
+            except KeyError:
+                continue

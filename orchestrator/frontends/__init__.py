@@ -1,0 +1,1 @@
+"""Frontends: the wire protocols clients speak (OpenAI HTTP, gRPC), each mapping errors once."""

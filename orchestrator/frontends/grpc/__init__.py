@@ -1,0 +1,1 @@
+"""The router's gRPC frontend: `orchestrator.router.v1.RouterService`, health and reflection."""

@@ -1,0 +1,131 @@
+"""`orchestrator.router.v1.RouterService` over a `RouterService`: validate, dispatch, relay.
+
+A Generate call is one dispatcher call: the request becomes an OpenAI streaming request
+(`translate.py`), the dispatcher routes and forwards it, and the replica's SSE bytes come back as
+`GenerateResponse` messages. The deadline is the earlier of the router's and the client's. A client
+that cancels, or whose deadline passes, cancels this coroutine, which closes the upstream stream,
+so the replica aborts the request. Errors become status codes in `errors.py`, nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Final, TypeAlias
+
+import grpc
+
+from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
+from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.forwarding.dispatcher import UpstreamReply
+from orchestrator.frontends.grpc.errors import error_from_reply, grpc_status
+from orchestrator.frontends.grpc.translate import ResponseStream, to_upstream
+from orchestrator.router_service import RouterService
+
+log = logging.getLogger(__name__)
+
+FRONTEND: Final = "grpc"
+SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["RouterService"].full_name
+OWNED_BY: Final = "orchestrator"
+
+GenerateContext: TypeAlias = grpc.aio.ServicerContext[pb.GenerateRequest, pb.GenerateResponse]
+ListModelsContext: TypeAlias = grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse]
+
+
+class RouterServicer(pb_grpc.RouterServiceServicer):
+    """The RPC handlers; holds no state of its own beyond per-code request counters."""
+
+    def __init__(self, service: RouterService) -> None:
+        self._service = service
+        self._counters: dict[str, Callable[[], None]] = {}
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: GenerateContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        code = grpc.StatusCode.OK
+        try:
+            async with contextlib.aclosing(self._generate(request, context)) as messages:
+                async for message in messages:
+                    yield message
+        except OrchestratorError as error:
+            code, details = grpc_status(error)
+            await context.abort(code, details)
+        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+            remaining_s = context.time_remaining()
+            expired = remaining_s is not None and remaining_s <= 0
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+            raise
+        except Exception:
+            log.exception("unhandled error serving Generate")
+            code = grpc.StatusCode.INTERNAL
+            await context.abort(code, "internal error")
+        finally:
+            self._count(code)
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: ListModelsContext
+    ) -> pb.ListModelsResponse:
+        self._count(grpc.StatusCode.OK)
+        return pb.ListModelsResponse(
+            models=[pb.Model(id=model, owned_by=OWNED_BY) for model in self._service.models()]
+        )
+
+    async def _generate(
+        self, request: pb.GenerateRequest, context: GenerateContext
+    ) -> AsyncGenerator[pb.GenerateResponse, None]:
+        upstream = to_upstream(request)
+        service = self._service
+        reply = await service.dispatcher.dispatch(
+            upstream.context, upstream.path, upstream.body, deadline_s=self._deadline_s(context)
+        )
+        try:
+            replica = reply.replica
+            stream = ResponseStream(
+                pb.ReplicaInfo(
+                    id=replica.replica_id, pool=replica.pool, generation=replica.generation.value
+                )
+            )
+            if reply.chunks is None:
+                _raise_for_whole(reply)
+                for message in stream.feed(b"data: " + (reply.body or b"") + b"\n\n"):
+                    yield message
+            else:
+                async for chunk in reply.chunks:
+                    for message in stream.feed(chunk):
+                        yield message
+            for message in stream.finish():
+                yield message
+        finally:
+            await reply.aclose()
+
+    def _deadline_s(self, context: GenerateContext) -> float:
+        """The router's deadline, or the client's when that comes first (dispatcher clock)."""
+        deadline_s = self._service.deadline_s()
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:
+            deadline_s = min(deadline_s, self._service.clock.now() + remaining_s)
+        return deadline_s
+
+    def _count(self, code: grpc.StatusCode) -> None:
+        counter = self._counters.get(code.name)
+        if counter is None:
+            child = self._service.metrics.requests.labels(FRONTEND, code.name)
+            counter = self._counters[code.name] = child.inc
+        counter()
+
+
+# The generated registration function is untyped; this is its contract.
+add_router_servicer: Callable[[RouterServicer, grpc.aio.Server], None] = (
+    pb_grpc.add_RouterServiceServicer_to_server
+)
+
+
+def _raise_for_whole(reply: UpstreamReply) -> None:
+    """A whole (not streamed) answer is relayed only when it is a success; else its error."""
+    if reply.status >= 300:
+        raise error_from_reply(reply.status, reply.body or b"")
+    if reply.body is None:
+        raise OrchestratorError(ErrorCode.UNAVAILABLE, "the replica sent an empty answer")

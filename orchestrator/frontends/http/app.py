@@ -1,0 +1,254 @@
+"""The router's OpenAI-compatible HTTP API on aiohttp.
+
+Routes: `POST /v1/chat/completions` and `POST /v1/completions` (routed, forwarded unchanged,
+streamed back as the replica's SSE bytes), `GET /v1/models` (from the routing table), `GET /health`
+(the process is up), `GET /ready` (200 only while some replica is routable, else 503),
+`GET /metrics`. Every error is an OpenAI-style JSON body with the status of its canonical code
+(`core/openai_errors.py`); no traceback ever reaches a client. A client that goes away cancels
+its upstream request at once.
+
+Hot path: one `json.loads` of the body, a handful of field checks, no validation models, no
+per-request sessions; the response body or stream bytes are passed through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter
+from prometheus_client.exposition import generate_latest
+
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.openai_errors import openai_error
+from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
+from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.frontends.http.context import request_context
+from orchestrator.router_service import RouterService
+
+log = logging.getLogger(__name__)
+
+FRONTEND: Final = "http"
+CHAT_PATH: Final = "/v1/chat/completions"
+COMPLETIONS_PATH: Final = "/v1/completions"
+DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+REPLICA_HEADER: Final = "x-orchestrator-replica"
+CLIENT_CLOSED: Final = "499"  # the `code` label of a request whose client went away (nginx's)
+_STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_HTTP_CODES: Final = {
+    401: ErrorCode.UNAUTHENTICATED,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """`max_body_bytes` caps a request body; `api_keys` None means no authentication."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    api_keys: ApiKeys | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise OrchestratorError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"max_body_bytes must be >= 1, got {self.max_body_bytes}",
+                param="max_body_bytes",
+            )
+
+
+def error_response(error: OrchestratorError) -> web.Response:
+    status, body = openai_error(error)
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown routes, wrong methods and bugs still answer OpenAI-style JSON, never a traceback."""
+    try:
+        return await handler(request)
+    except OrchestratorError as error:
+        return error_response(error)
+    except web.HTTPException as http_error:
+        if http_error.status < 400:
+            raise
+        code = _HTTP_CODES.get(http_error.status, ErrorCode.INVALID_ARGUMENT)
+        return error_response(OrchestratorError(code, http_error.reason))
+    except Exception:
+        log.exception("unhandled error serving %s %s", request.method, request.path)
+        return error_response(OrchestratorError(ErrorCode.INTERNAL, "internal server error"))
+
+
+class OpenAiFrontend:
+    """Request handlers over one `RouterService`."""
+
+    def __init__(self, service: RouterService, settings: HttpSettings) -> None:
+        self._service = service
+        self._settings = settings
+        self._counted: dict[str, Counter] = {}
+        self._models_version = -1
+        self._models_body = b""
+        self._default_model: str | None = None
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, CHAT_PATH, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, COMPLETIONS_PATH, chat=False)
+
+    async def models(self, request: web.Request) -> web.Response:
+        self._authorize(request)
+        self._refresh_models()
+        return web.Response(body=self._models_body, content_type="application/json")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        routable = self._service.routable_replicas()
+        return web.json_response(
+            {"ready": routable > 0, "routable_replicas": routable}, status=200 if routable else 503
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self._service.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    # -- completions ---------------------------------------------------------------------------
+
+    async def _complete(self, request: web.Request, path: str, *, chat: bool) -> web.StreamResponse:
+        try:
+            response = await self._forward(request, path, chat=chat)
+        except OrchestratorError as error:
+            response = error_response(error)
+        except asyncio.CancelledError:
+            self._count(CLIENT_CLOSED)
+            raise
+        except Exception:
+            log.exception("unhandled error serving %s", path)
+            response = error_response(OrchestratorError(ErrorCode.INTERNAL, "internal error"))
+        self._count(str(response.status))
+        return response
+
+    async def _forward(self, request: web.Request, path: str, *, chat: bool) -> web.StreamResponse:
+        self._authorize(request)
+        raw = await self._read_body(request)
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, deep nesting
+            raise OrchestratorError(
+                ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
+            ) from None
+        self._refresh_models()
+        ctx = request_context(body, request.headers, chat=chat, default_model=self._default_model)
+        service = self._service
+        reply = await service.dispatcher.dispatch(ctx, path, raw, deadline_s=service.deadline_s())
+        if reply.chunks is None:
+            return web.Response(
+                body=reply.body,
+                status=reply.status,
+                headers={**reply.headers, REPLICA_HEADER: reply.replica.replica_id},
+            )
+        return await self._relay(request, reply, reply.chunks)
+
+    async def _relay(
+        self, request: web.Request, reply: UpstreamReply, chunks: StreamRelay
+    ) -> web.StreamResponse:
+        """Pass the replica's SSE bytes through as they arrive; stop upstream if the client left."""
+        response = web.StreamResponse(
+            status=reply.status,
+            headers={
+                **reply.headers,
+                **_STREAM_HEADERS,
+                REPLICA_HEADER: reply.replica.replica_id,
+            },
+        )
+        try:
+            await response.prepare(request)
+            async for chunk in chunks:
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away mid-stream
+            log.debug("client left a stream from %s", reply.replica.replica_id)
+        finally:
+            await chunks.aclose()
+        return response
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self._settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise _too_large(limit)
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _too_large(limit) from None
+
+    def _authorize(self, request: web.Request) -> None:
+        keys = self._settings.api_keys
+        if keys is not None and not keys.check(request.headers.get("Authorization")):
+            raise OrchestratorError(
+                ErrorCode.UNAUTHENTICATED,
+                "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
+            )
+
+    def _refresh_models(self) -> None:
+        """Rebuild `/v1/models` and the default model when the routing table changed."""
+        table = self._service.table.snapshot()
+        if table.version == self._models_version:
+            return
+        models = sorted(table.models)
+        data: list[dict[str, Any]] = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "orchestrator"}
+            for model in models
+        ]
+        self._models_body = json.dumps({"object": "list", "data": data}).encode()
+        self._default_model = models[0] if len(models) == 1 else None
+        self._models_version = table.version
+
+    def _count(self, code: str) -> None:
+        counter = self._counted.get(code)
+        if counter is None:
+            counter = self._counted[code] = self._service.metrics.requests.labels(FRONTEND, code)
+        counter.inc()
+
+
+def _too_large(limit: int) -> OrchestratorError:
+    return OrchestratorError(
+        ErrorCode.PAYLOAD_TOO_LARGE, f"the request body is larger than {limit} bytes"
+    )
+
+
+def build_app(service: RouterService, settings: HttpSettings | None = None) -> web.Application:
+    """The router's web application; it starts and stops `service` with itself."""
+    settings = settings or HttpSettings()
+    frontend = OpenAiFrontend(service, settings)
+    # The body limit is enforced in the handlers with an OpenAI error; aiohttp's own cap is a
+    # backstop just above it.
+    app = web.Application(middlewares=[json_errors], client_max_size=settings.max_body_bytes + 1)
+    app.router.add_post(CHAT_PATH, frontend.chat_completions)
+    app.router.add_post(COMPLETIONS_PATH, frontend.completions)
+    app.router.add_get("/v1/models", frontend.models)
+    app.router.add_get("/health", frontend.health)
+    app.router.add_get("/ready", frontend.ready)
+    app.router.add_get("/metrics", frontend.metrics)
+
+    async def start(_: web.Application) -> None:
+        await service.start()
+
+    async def stop(_: web.Application) -> None:
+        await service.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app

@@ -1,0 +1,191 @@
+"""Read what routing needs from an OpenAI request body, and nothing more.
+
+The body has been parsed once (`json.loads`); this module looks at a few fields, checks their
+types, and builds a `RequestContext`. Everything else (sampling fields, `tools`,
+`reasoning_effort`, ...) is the replica's to validate; the body is forwarded unchanged.
+
+Estimates, since the router has no tokenizer: text counts one token per four UTF-8 bytes, a chat
+adds four tokens per message and three for the reply (as the simulated engine counts), token-id
+prompts count exactly. The prefix hash covers the first `PREFIX_CHARS` characters of the prompt,
+or of the chat's messages in order (role included), so requests that share a system prompt and
+document share a hash; prompts shorter than that get None. It is BLAKE2b, stable across
+processes and hosts, so every router worker agrees on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.routing.context import Priority, RequestContext
+
+BYTES_PER_TOKEN: Final = 4
+CHAT_TOKENS_PER_MESSAGE: Final = 4
+CHAT_TOKENS_PER_REPLY: Final = 3
+PREFIX_CHARS: Final = 256
+PREFIX_TOKEN_IDS: Final = PREFIX_CHARS // BYTES_PER_TOKEN
+PRIORITY_HEADER: Final = "x-priority"
+CLIENT_SITE_HEADER: Final = "x-client-site"
+_PRIORITIES: Final = {p.value: p for p in Priority}
+
+
+def _invalid(param: str, message: str) -> OrchestratorError:
+    return OrchestratorError(ErrorCode.INVALID_ARGUMENT, message, param=param)
+
+
+def text_tokens(text: str) -> int:
+    """Estimated tokens of `text`: ceil(UTF-8 bytes / 4)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return -(-size // BYTES_PER_TOKEN)
+
+
+def prefix_hash(text: str) -> int | None:
+    """A stable 64-bit hash of the first `PREFIX_CHARS` characters, None when `text` is shorter."""
+    if len(text) < PREFIX_CHARS:
+        return None
+    return _digest(text[:PREFIX_CHARS].encode("utf-8", "surrogatepass"))
+
+
+def token_ids_hash(ids: list[Any]) -> int | None:
+    """A stable 64-bit hash of the first `PREFIX_TOKEN_IDS` token ids, None when fewer."""
+    if len(ids) < PREFIX_TOKEN_IDS:
+        return None
+    return _digest(",".join(map(str, ids[:PREFIX_TOKEN_IDS])).encode())
+
+
+def _digest(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def _content_text(content: object) -> str:
+    """The text of a chat message's `content`: a string, or the `text` of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def chat_prompt(messages: object) -> tuple[int, int | None]:
+    """(estimated prompt tokens, prefix hash) of a chat's `messages`."""
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("messages", "`messages` must be a non-empty array of messages")
+    tokens = CHAT_TOKENS_PER_REPLY
+    prefix: list[str] = []
+    prefix_len = 0
+    for message in messages:
+        tokens += CHAT_TOKENS_PER_MESSAGE
+        if not isinstance(message, dict):
+            continue
+        text = _content_text(message.get("content"))
+        tokens += text_tokens(text)
+        if prefix_len < PREFIX_CHARS:
+            role = message.get("role")
+            piece = f"<{role if isinstance(role, str) else ''}>{text}"
+            prefix.append(piece)
+            prefix_len += len(piece)
+    return tokens, prefix_hash("".join(prefix))
+
+
+def completion_prompt(prompt: object) -> tuple[int, int | None]:
+    """(estimated prompt tokens, prefix hash) of a completion's `prompt`.
+
+    A prompt is a string, a list of strings (a batch), a list of token ids, or a list of token-id
+    lists; a batch is counted whole and hashed by its first element.
+    """
+    if isinstance(prompt, str):
+        return max(1, text_tokens(prompt)), prefix_hash(prompt)
+    if not isinstance(prompt, list) or not prompt:
+        raise _invalid(
+            "prompt", "`prompt` must be a string, or a non-empty array of strings or token ids"
+        )
+    first = prompt[0]
+    if isinstance(first, int) and not isinstance(first, bool):
+        return len(prompt), token_ids_hash(prompt)
+    tokens = 0
+    for item in prompt:
+        if isinstance(item, str):
+            tokens += max(1, text_tokens(item))
+        elif isinstance(item, list):
+            tokens += len(item)
+    if isinstance(first, str):
+        return tokens, prefix_hash(first)
+    return tokens, token_ids_hash(first) if isinstance(first, list) else None
+
+
+def _optional_int(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _invalid(name, f"`{name}` must be an integer")
+    return value if value > 0 else None
+
+
+def _priority(body: Mapping[str, Any], headers: Mapping[str, str]) -> Priority:
+    """From the `x-priority` header, else the body's `priority` when it names one.
+
+    An integer body `priority` is vLLM's scheduling priority: the replica's, not routing's.
+    """
+    raw = headers.get(PRIORITY_HEADER)
+    param = PRIORITY_HEADER
+    if raw is None:
+        raw = body.get("priority")
+        param = "priority"
+        if raw is None or (isinstance(raw, int) and not isinstance(raw, bool)):
+            return Priority.INTERACTIVE
+        if not isinstance(raw, str):
+            raise _invalid(param, "`priority` must be `interactive`, `batch` or an integer")
+    found = _PRIORITIES.get(raw.strip().lower())
+    if found is None:
+        raise _invalid(param, f"`{param}` must be `interactive` or `batch`, got {raw[:40]!r}")
+    return found
+
+
+def request_context(
+    body: object,
+    headers: Mapping[str, str],
+    *,
+    chat: bool,
+    default_model: str | None,
+) -> RequestContext:
+    """The routing view of a parsed chat or text completion body.
+
+    `default_model` stands in when the body names none (the fleet serves one model); with no
+    default, a missing model is an error. Raises INVALID_ARGUMENT naming the field.
+    """
+    if not isinstance(body, dict):
+        raise _invalid("body", "the request body must be a JSON object")
+    model = body.get("model")
+    if model is None:
+        if default_model is None:
+            raise _invalid("model", "`model` is required: this router serves several models")
+        model = default_model
+    elif not isinstance(model, str):
+        raise _invalid("model", "`model` must be a string")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _invalid("stream", "`stream` must be a boolean")
+    max_tokens = _optional_int(body, "max_tokens")
+    if chat:
+        prompt_tokens, prefix = chat_prompt(body.get("messages"))
+        completion_limit = _optional_int(body, "max_completion_tokens")
+        max_tokens = max_tokens if completion_limit is None else completion_limit
+    else:
+        prompt_tokens, prefix = completion_prompt(body.get("prompt"))
+    site = headers.get(CLIENT_SITE_HEADER)
+    return RequestContext(
+        model=model,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=bool(stream),
+        prefix_hash=prefix,
+        priority=_priority(body, headers),
+        client_site=site.strip() or None if site is not None else None,
+    )

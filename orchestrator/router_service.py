@@ -1,0 +1,219 @@
+"""One router process, minus its transports: the routing table, live fleet state, profile,
+dispatcher, scraper, capacity estimator and metrics, started and stopped together.
+
+The HTTP frontend and the gRPC frontend both call `RouterService.dispatcher`; neither owns state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from orchestrator.core.clock import Clock, MonotonicClock
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.records import ReplicaState
+from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
+from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings
+from orchestrator.forwarding.metrics import RouterMetrics
+from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
+from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
+from orchestrator.routing.estimator import CapacityEstimator
+from orchestrator.routing.fleet_state import FleetState
+from orchestrator.routing.profile import Profile
+from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
+from orchestrator.table.snapshot import RoutingTable
+from orchestrator.table.source import TableHolder
+from orchestrator.table.static_file import load_replicas_file
+
+log = logging.getLogger(__name__)
+
+TARGET_TTFT_S = 3.0
+TARGET_TPOT_S = 0.08
+REQUEST_DEADLINE_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    """Targets and limits of one router, in wall-clock seconds.
+
+    `latency_scale` stretches the latency targets and the request deadline for a simulated fleet
+    that runs `latency_scale` times slower than real hardware (the replicas' `timeScale`).
+    """
+
+    latency_scale: float = 1.0
+    target_ttft_s: float = TARGET_TTFT_S
+    target_tpot_s: float = TARGET_TPOT_S
+    request_deadline_s: float = REQUEST_DEADLINE_S
+    connect_timeout_s: float = 2.0
+    scrape_interval_s: float = DEFAULT_INTERVAL_S
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("latency_scale", "target_ttft_s", "target_tpot_s", "request_deadline_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, f"{name} must be > 0, got {value}", param=name
+                )
+
+    @property
+    def scaled_ttft_s(self) -> float:
+        return self.target_ttft_s * self.latency_scale
+
+    @property
+    def scaled_tpot_s(self) -> float:
+        return self.target_tpot_s * self.latency_scale
+
+    @property
+    def scaled_deadline_s(self) -> float:
+        return self.request_deadline_s * self.latency_scale
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """What the command line gives a router: where the replicas are and how to route to them."""
+
+    replicas_file: Path
+    profile: str = DEFAULT_PROFILE
+    settings: RouterSettings = field(default_factory=RouterSettings)
+
+
+def profile_named(name: str) -> Profile:
+    """A fresh instance of a built-in profile; unknown names are an error listing the known ones."""
+    profiles = builtin_profiles()
+    found = profiles.get(name)
+    if found is None:
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"unknown routing profile {name!r}; known profiles: {', '.join(sorted(profiles))}",
+            param="profile",
+        )
+    return found
+
+
+class RouterService:
+    """Composes the router's parts; `start()` and `stop()` inside the serving event loop."""
+
+    def __init__(
+        self,
+        table: TableHolder,
+        profile: Profile,
+        *,
+        settings: RouterSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings or RouterSettings()
+        self.table = table
+        self.clock = clock or MonotonicClock()
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.metrics = RouterMetrics(self.registry)
+        self.fleet = FleetState()
+        self.fleet.sync(table.snapshot())
+        self.estimator = CapacityEstimator(
+            target_ttft_s=self.settings.scaled_ttft_s, target_tpot_s=self.settings.scaled_tpot_s
+        )
+        self.breakers = CircuitBreakers(self.fleet, self.settings.breaker, self.clock)
+        self.upstream = UpstreamPool(self.settings.upstream)
+        self.dispatcher = Dispatcher(
+            table=table,
+            fleet=self.fleet,
+            profile=profile,
+            breakers=self.breakers,
+            upstream=self.upstream,
+            metrics=self.metrics,
+            settings=DispatchSettings(
+                target_ttft_s=self.settings.scaled_ttft_s,
+                target_tpot_s=self.settings.scaled_tpot_s,
+                connect_timeout_s=self.settings.connect_timeout_s,
+            ),
+            clock=self.clock,
+        )
+        self.scraper = ReplicaScraper(
+            table=table.snapshot,
+            fleet=self.fleet,
+            estimator=self.estimator,
+            breakers=self.breakers,
+            upstream=self.upstream,
+            metrics=self.metrics,
+            interval_s=self.settings.scrape_interval_s,
+            clock=self.clock,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def from_config(
+        cls, config: RouterConfig, registry: CollectorRegistry | None = None
+    ) -> RouterService:
+        """Load the replicas file and the profile; raises `OrchestratorError` naming the field."""
+        table = load_replicas_file(config.replicas_file)
+        profile = profile_named(config.profile)
+        return cls(TableHolder(table), profile, settings=config.settings, registry=registry)
+
+    @property
+    def profile(self) -> Profile:
+        return self.dispatcher.profile
+
+    async def start(self) -> None:
+        """Open the upstream pool, then follow the table and scrape replicas in the background."""
+        if self._tasks:
+            return
+        await self.upstream.start()
+        self._tasks = [
+            asyncio.create_task(self._follow_table(), name="router-table"),
+            asyncio.create_task(self.scraper.run(), name="router-scraper"),
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.upstream.close()
+
+    async def __aenter__(self) -> RouterService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    def deadline_s(self) -> float:
+        """The absolute deadline (dispatcher clock) of a request that arrives now."""
+        return self.clock.now() + self.settings.scaled_deadline_s
+
+    def models(self) -> list[str]:
+        """Models served by the current table, sorted."""
+        return sorted(self.table.snapshot().models)
+
+    def routable_replicas(self) -> int:
+        """Replicas this router would send a request to now: ready, and circuit closed."""
+        count = 0
+        for replica in self.table.snapshot().replicas:
+            stats = self.fleet.stats(replica.replica_id)
+            if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
+                count += 1
+        return count
+
+    async def _follow_table(self) -> None:
+        """Keep fleet state, estimator, breakers and metrics in step with table changes."""
+        previous: RoutingTable | None = None
+        async for table in self.table.watch():
+            self.fleet.sync(table)
+            if previous is not None:
+                live = {r.replica_id for r in table.replicas}
+                for gone in previous.replicas:
+                    if gone.replica_id not in live:
+                        self.estimator.forget(gone.replica_id)
+                        self.breakers.forget(gone.replica_id)
+                        self.metrics.forget(gone)
+            log.info("routing table version %d: %d replicas", table.version, len(table.replicas))
+            previous = table

@@ -1,0 +1,68 @@
+"""The router's `/metrics` tells an operator what happened: requests by code, decisions by pool
+and generation, latencies, in flight, and each replica's estimated capacity, labelled only from
+the fixed label set."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+from router_harness import MODEL, RouterThread, wait_until
+
+ALLOWED_LABELS = {"site", "pool", "generation", "replica", "code", "frontend", "profile", "kind"}
+HISTOGRAM_LABELS = {"le"}
+
+
+def families(router: RouterThread) -> dict[str, list]:
+    with urllib.request.urlopen(f"{router.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        family.name: family.samples
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("orchestrator_router_")
+    }
+
+
+def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
+    pair_router: RouterThread,
+) -> None:
+    client = openai.OpenAI(base_url=f"{pair_router.url}/v1", api_key="unused", max_retries=0)
+    for stream in (False, True, True):
+        reply = client.completions.create(
+            model=MODEL, prompt="Hi", max_tokens=8, stream=stream, extra_body={"ignore_eos": True}
+        )
+        if stream:
+            list(reply)  # type: ignore[arg-type]
+    assert wait_until(
+        lambda: pair_router.metric("orchestrator_router_estimated_capacity_tokens_per_second") > 0,
+        timeout_s=3.0,
+    )
+
+    found = families(pair_router)
+
+    assert {
+        "orchestrator_router_requests",
+        "orchestrator_router_decisions",
+        "orchestrator_router_time_to_first_token_seconds",
+        "orchestrator_router_time_per_output_token_seconds",
+        "orchestrator_router_request_duration_seconds",
+        "orchestrator_router_in_flight_requests",
+        "orchestrator_router_retries",
+        "orchestrator_router_upstream_errors",
+        "orchestrator_router_circuit_open",
+        "orchestrator_router_estimated_capacity_tokens_per_second",
+    } <= set(found)
+    for name, samples in found.items():
+        for sample in samples:
+            assert set(sample.labels) <= ALLOWED_LABELS | HISTOGRAM_LABELS, (name, sample.labels)
+    assert (
+        pair_router.metric("orchestrator_router_requests_total", frontend="http", code="200") >= 3
+    )
+    assert pair_router.metric("orchestrator_router_time_to_first_token_seconds_count") >= 2
+    assert pair_router.metric("orchestrator_router_time_per_output_token_seconds_count") >= 2
+    for replica_id in ("mi355x-0", "mi300x-0"):
+        capacity = pair_router.metric(
+            "orchestrator_router_estimated_capacity_tokens_per_second", replica=replica_id
+        )
+        assert capacity > 0
