@@ -1,0 +1,491 @@
+"""The orchestrator's config: one versioned YAML document, parsed into frozen, validated models.
+
+    apiVersion: orchestrator/v1alpha1
+    kind: Orchestrator
+    model: openai/gpt-oss-120b            # optional; this is the default
+    sites:                                # name → measured round trip to the other sites, in ms
+      kr: {rttMs: {us: 150}}
+      us: {}                              # us → kr is read from kr → us
+    pools:
+      - {name: kr-mi300x, site: kr, generation: MI300X, engine: sim, replicas: 2, timeScale: 10}
+      - {name: us-mi355x, site: us, generation: AMD-Instinct-MI355X-OAM, engine: vllm,
+         replicas: 2, gpusPerReplica: 1, engineArgs: ["--max-num-seqs", "256"]}
+      - {name: us-legacy, site: us, generation: MI300X, engine: external,
+         endpoints: ["http://10.1.0.9:8000"]}
+    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10}
+    controlPlane: {grpcPort: 50052}
+    exporters: {port: 9400}
+
+What is checked, beyond types (every check names the field, and lists the allowed values):
+- unknown keys anywhere; names of sites and pools are DNS labels (they become Ray and K8s labels);
+- a generation in any spelling `parse_generation` accepts, normalised; anything else is quoted back;
+- RTTs are finite and >= 0 ms, name known sites other than their own, and say the same both ways
+  when given both ways; every pair of sites has an RTT in at least one direction;
+- pools have unique names and name a known site; `replicas` (>= 0) is required for the engines the
+  control plane starts (sim, vllm, sglang) and refused for `external`, which is sized by its
+  `endpoints` (or by Kubernetes discovery through `selector`); `timeScale` is for `sim` only;
+  `engineArgs` is not for `external`; no endpoint appears twice;
+- ports are in 1..65535 and no two services share one.
+
+Defaults are documented, never substituted for a bad value: a `sim` pool without `timeScale` runs
+in real time (1.0); `router.latencyScale` defaults to the largest `timeScale` of the sim pools (the
+router's latency targets stretch as the simulated engines slow down), else 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.config.errors import ConfigProblem, field_path
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.generations import Generation, parse_generation
+from orchestrator.core.records import EngineKind, Site
+
+API_VERSION: Final = "orchestrator/v1alpha1"
+KIND: Final = "Orchestrator"
+DEFAULT_MODEL: Final = "openai/gpt-oss-120b"
+# The routing layer owns the profiles (`routing/data/profiles.yaml`); config sits below it, so it
+# keeps their names here, and a test keeps the two in step.
+BUILTIN_PROFILE_NAMES: Final = (
+    "capacity",
+    "round-robin",
+    "least-requests",
+    "power-of-two",
+    "weighted-static",
+)
+DEFAULT_PROFILE: Final = "capacity"
+DEFAULT_ROUTER_HTTP_PORT: Final = 8000
+DEFAULT_ROUTER_GRPC_PORT: Final = 50051
+DEFAULT_CONTROL_PLANE_GRPC_PORT: Final = 50052
+DEFAULT_EXPORTER_PORT: Final = 9400
+DEFAULT_SIM_TIME_SCALE: Final = 1.0
+MAX_PORT: Final = 65535
+_MAX_LABEL = 63
+_LAUNCHED: Final = frozenset({EngineKind.SIM, EngineKind.VLLM, EngineKind.SGLANG})
+
+
+class ConfigProblems(ValueError):
+    """Raised by a model's own cross-field checks; paths are relative to that model.
+
+    The loader turns them into `ConfigProblem`s with full paths; a plain pydantic caller sees them
+    joined in one `ValidationError` message.
+    """
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        super().__init__("; ".join(str(problem) for problem in problems))
+        self.problems = tuple(problems)
+
+
+def _dns_label(value: str) -> str:
+    if (
+        not 0 < len(value) <= _MAX_LABEL
+        or not all(c.isdigit() or ("a" <= c <= "z") or c == "-" for c in value)
+        or value[0] == "-"
+        or value[-1] == "-"
+    ):
+        raise ValueError(
+            f"{value!r} is not a valid name: use lowercase letters a-z, digits and '-', starting"
+            f" and ending with a letter or digit, at most {_MAX_LABEL} characters"
+        )
+    return value
+
+
+def _port(value: int) -> int:
+    if not 1 <= value <= MAX_PORT:
+        raise ValueError(f"must be a port number in 1..{MAX_PORT}, got {value}")
+    return value
+
+
+def _rtt(value: float) -> float:
+    if value < 0:
+        raise ValueError(f"an RTT must be >= 0 ms, got {value:g}")
+    return value
+
+
+def _endpoint(value: str) -> str:
+    problem = (
+        f"must be the http(s) URL of a server's root, like http://10.0.0.5:8000; got {value!r}"
+    )
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError(problem) from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+        or (port is not None and not 1 <= port <= MAX_PORT)
+    ):
+        raise ValueError(problem)
+    return value.rstrip("/")
+
+
+Name = Annotated[str, AfterValidator(_dns_label)]
+Port = Annotated[int, Field(strict=True), AfterValidator(_port)]
+RttMs = Annotated[float, Field(strict=True, allow_inf_nan=False), AfterValidator(_rtt)]
+Scale = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+EndpointUrl = Annotated[str, AfterValidator(_endpoint)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SiteSpec(_Strict):
+    """A failure and latency domain. `rtt_ms` maps other sites to the measured round trip (ms)."""
+
+    rtt_ms: dict[str, RttMs] = Field(default_factory=dict, alias="rttMs")
+
+
+class PoolSpec(_Strict):
+    """Replicas of one generation, in one site, on one engine.
+
+    `replicas` is the desired size for the engines the control plane starts, and `None` for
+    `external` pools, whose size is their `endpoints` (or what `selector` discovers).
+    `time_scale` is `None` for every engine but `sim`, where it defaults to 1.0 (real time).
+    """
+
+    name: Name
+    site: Annotated[str, Field(min_length=1)]
+    generation: Generation
+    engine: EngineKind
+    replicas: Annotated[int, Field(strict=True, ge=0)] | None = None
+    gpus_per_replica: Annotated[int, Field(strict=True, ge=1)] = Field(
+        default=1, alias="gpusPerReplica"
+    )
+    time_scale: Scale | None = Field(default=None, alias="timeScale")
+    engine_args: tuple[str, ...] = Field(default=(), alias="engineArgs")
+    endpoints: tuple[EndpointUrl, ...] = ()
+    selector: Annotated[dict[str, str], Field(min_length=1)] | None = None
+
+    @field_validator("generation", mode="before")
+    @classmethod
+    def _any_spelling(cls, value: object) -> object:
+        return parse_generation(value) if isinstance(value, str) else value
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _fits_its_engine(self) -> PoolSpec:
+        engine = self.engine.value
+        problems: list[ConfigProblem] = []
+        if self.time_scale is not None and self.engine is not EngineKind.SIM:
+            problems.append(
+                ConfigProblem(
+                    "timeScale",
+                    f"only simulated pools (engine: sim) have a time scale; remove it for"
+                    f" engine {engine!r}",
+                )
+            )
+        if self.engine is EngineKind.EXTERNAL:
+            if self.replicas is not None:
+                problems.append(
+                    ConfigProblem(
+                        "replicas",
+                        "an external pool is sized by its endpoints (or by discovery through"
+                        " selector); remove replicas",
+                    )
+                )
+            if self.engine_args:
+                problems.append(
+                    ConfigProblem(
+                        "engineArgs",
+                        "external replicas are not started by the orchestrator; remove engineArgs",
+                    )
+                )
+            if not self.endpoints and self.selector is None:
+                problems.append(
+                    ConfigProblem(
+                        "endpoints",
+                        "an external pool needs at least one endpoint URL, or a selector (label"
+                        " map) for Kubernetes discovery",
+                    )
+                )
+        else:
+            if self.replicas is None:
+                problems.append(
+                    ConfigProblem(
+                        "replicas",
+                        f"required for engine {engine!r}: how many replicas to keep running (>= 0)",
+                    )
+                )
+            for field, present in (
+                ("endpoints", bool(self.endpoints)),
+                ("selector", self.selector),
+            ):
+                if present:
+                    problems.append(
+                        ConfigProblem(
+                            field,
+                            f"only external pools have {field}; the control plane starts the"
+                            f" replicas of engine {engine!r} itself",
+                        )
+                    )
+        if problems:
+            raise ConfigProblems(problems)
+        if self.engine is EngineKind.SIM and self.time_scale is None:
+            return self.model_copy(update={"time_scale": DEFAULT_SIM_TIME_SCALE})
+        return self
+
+
+class RouterSpec(_Strict):
+    """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports and latency scale.
+
+    `latency_scale` stretches the router's latency targets for slowed-down engines; after the whole
+    config is validated it is never `None` (see the module docstring for its default).
+    """
+
+    profile: str = DEFAULT_PROFILE
+    http_port: Port = Field(default=DEFAULT_ROUTER_HTTP_PORT, alias="httpPort")
+    grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
+    latency_scale: Scale | None = Field(default=None, alias="latencyScale")
+
+    @field_validator("profile")
+    @classmethod
+    def _builtin(cls, value: str) -> str:
+        if value not in BUILTIN_PROFILE_NAMES:
+            raise ValueError(
+                f"unknown routing profile {value!r}; built-in profiles:"
+                f" {', '.join(BUILTIN_PROFILE_NAMES)}"
+            )
+        return value
+
+
+class ControlPlaneSpec(_Strict):
+    grpc_port: Port = Field(default=DEFAULT_CONTROL_PLANE_GRPC_PORT, alias="grpcPort")
+
+
+class ExportersSpec(_Strict):
+    port: Port = DEFAULT_EXPORTER_PORT
+
+
+class OrchestratorConfig(_Strict):
+    """The whole desired state: sites, pools, and the services' settings. Frozen and validated."""
+
+    api_version: Literal["orchestrator/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["Orchestrator"]
+    model: Annotated[str, Field(min_length=1)] = DEFAULT_MODEL
+    sites: Annotated[dict[Name, SiteSpec], Field(min_length=1)]
+    pools: tuple[PoolSpec, ...]
+    router: RouterSpec = RouterSpec()
+    control_plane: ControlPlaneSpec = Field(default=ControlPlaneSpec(), alias="controlPlane")
+    exporters: ExportersSpec = ExportersSpec()
+
+    @field_validator("sites", mode="before")
+    @classmethod
+    def _bare_site(cls, value: object) -> object:
+        """`us:` with nothing under it is a site with no RTTs listed, same as `us: {}`."""
+        if isinstance(value, Mapping):
+            return {name: {} if spec is None else spec for name, spec in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OrchestratorConfig:
+        problems = cross_field_problems(self.model_dump(by_alias=True))
+        if problems:
+            raise ConfigProblems(problems)
+        if self.router.latency_scale is None:
+            scales = [p.time_scale for p in self.pools if p.time_scale is not None]
+            router = self.router.model_copy(update={"latency_scale": max(scales, default=1.0)})
+            return self.model_copy(update={"router": router})
+        return self
+
+    @property
+    def launched_pools(self) -> tuple[PoolSpec, ...]:
+        """The pools whose replicas the control plane starts and keeps at size (not external)."""
+        return tuple(pool for pool in self.pools if pool.engine in _LAUNCHED)
+
+    def pool(self, name: str) -> PoolSpec:
+        """The pool called `name`; raises NOT_FOUND naming the pools there are."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        known = ", ".join(p.name for p in self.pools) or "none"
+        raise OrchestratorError(
+            ErrorCode.NOT_FOUND, f"unknown pool {name!r}; pools: {known}", param="pool"
+        )
+
+    def rtt_ms(self, site: str, other: str) -> float:
+        """Round trip between two configured sites in ms (0 within a site), either direction."""
+        if site == other:
+            return 0.0
+        given = self.sites[site].rtt_ms.get(other)
+        return given if given is not None else self.sites[other].rtt_ms[site]
+
+    def site_records(self) -> Mapping[str, Site]:
+        """The sites as routing-table records, each with the RTT (s) to every other site."""
+        return MappingProxyType(
+            {
+                name: Site(
+                    name,
+                    {
+                        other: self.rtt_ms(name, other) / 1000.0
+                        for other in self.sites
+                        if other != name
+                    },
+                )
+                for name in self.sites
+            }
+        )
+
+
+def _get(section: Mapping[Any, Any], alias: str, name: str, default: object = None) -> object:
+    """A key in raw input, written either way (`httpPort` or `http_port`)."""
+    if alias in section:
+        return section[alias]
+    return section.get(name, default)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def cross_field_problems(raw: Mapping[Any, Any]) -> list[ConfigProblem]:
+    """Problems that span fields, read from raw input without trusting its shape.
+
+    The models run it on themselves once every field is valid; the loader also runs it on the raw
+    document when some field is not, so one report lists every problem. Parts of the input that
+    are malformed are skipped here (their own field check reports them).
+    """
+    problems: list[ConfigProblem] = []
+    sites = raw.get("sites")
+    site_names = (
+        sorted(name for name in sites if isinstance(name, str))
+        if isinstance(sites, Mapping)
+        else None
+    )
+    if isinstance(sites, Mapping) and site_names is not None:
+        problems += _rtt_problems(sites, site_names)
+    pools = raw.get("pools")
+    if isinstance(pools, list | tuple):
+        problems += _pool_problems(pools, site_names)
+    problems += _port_problems(raw)
+    return problems
+
+
+def _rtt_problems(sites: Mapping[Any, Any], names: list[str]) -> Iterator[ConfigProblem]:
+    given: set[tuple[str, str]] = set()  # written down, valid or not
+    rtts: dict[tuple[str, str], float] = {}
+    readable: set[str] = set()  # sites whose RTT table is a mapping (or absent)
+    for site in names:
+        spec = sites[site] if sites[site] is not None else {}
+        table = _get(spec, "rttMs", "rtt_ms", {}) if isinstance(spec, Mapping) else None
+        if not isinstance(table, Mapping):
+            continue
+        readable.add(site)
+        for other, value in table.items():
+            path = field_path(("sites", site, "rttMs", other))
+            given.add((site, other))
+            if other == site:
+                yield ConfigProblem(
+                    path, "a site's RTT to itself is 0 by definition; remove this entry"
+                )
+            elif other not in names:
+                yield ConfigProblem(
+                    path, f"unknown site {other!r}; known sites: {', '.join(names)}"
+                )
+            elif (ms := _number(value)) is not None:
+                rtts[(site, other)] = ms
+    for i, site in enumerate(names):
+        for other in names[i + 1 :]:
+            there, back = rtts.get((site, other)), rtts.get((other, site))
+            if there is not None and back is not None and there != back:
+                yield ConfigProblem(
+                    field_path(("sites", site, "rttMs", other)),
+                    f"{there:g} ms here but {field_path(('sites', other, 'rttMs', site))} says"
+                    f" {back:g} ms; a round trip takes the same time both ways",
+                )
+            elif (
+                {site, other} <= readable
+                and (site, other) not in given
+                and (other, site) not in given
+            ):
+                yield ConfigProblem(
+                    field_path(("sites", site, "rttMs")),
+                    f"no RTT between sites {site!r} and {other!r}; give"
+                    f" {field_path(('sites', site, 'rttMs', other))} (or"
+                    f" {field_path(('sites', other, 'rttMs', site))}) in ms",
+                )
+
+
+def _pool_problems(
+    pools: list[Any] | tuple[Any, ...], sites: list[str] | None
+) -> Iterator[ConfigProblem]:
+    first_named: dict[str, int] = {}
+    first_endpoint: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        if not isinstance(pool, Mapping):
+            continue
+        name = pool.get("name")
+        if isinstance(name, str):
+            if name in first_named:
+                yield ConfigProblem(
+                    f"pools[{i}].name",
+                    f"duplicate pool name {name!r} (first at pools[{first_named[name]}])",
+                )
+            else:
+                first_named[name] = i
+        site = pool.get("site")
+        if sites is not None and isinstance(site, str) and site and site not in sites:
+            known = ", ".join(sites) or "none"
+            yield ConfigProblem(
+                f"pools[{i}].site", f"unknown site {site!r}; known sites (under sites): {known}"
+            )
+        endpoints = pool.get("endpoints")
+        if not isinstance(endpoints, list | tuple):
+            continue
+        for j, url in enumerate(endpoints):
+            if not isinstance(url, str):
+                continue
+            path = f"pools[{i}].endpoints[{j}]"
+            key = url.rstrip("/")
+            if key in first_endpoint:
+                yield ConfigProblem(
+                    path, f"endpoint {url!r} is listed twice (first at {first_endpoint[key]})"
+                )
+            else:
+                first_endpoint[key] = path
+
+
+_PORTS: Final = (
+    ("router", "httpPort", "http_port", DEFAULT_ROUTER_HTTP_PORT),
+    ("router", "grpcPort", "grpc_port", DEFAULT_ROUTER_GRPC_PORT),
+    ("controlPlane", "grpcPort", "grpc_port", DEFAULT_CONTROL_PLANE_GRPC_PORT),
+    ("exporters", "port", "port", DEFAULT_EXPORTER_PORT),
+)
+_SECTION_NAMES: Final = {"controlPlane": "control_plane"}
+
+
+def _port_problems(raw: Mapping[Any, Any]) -> Iterator[ConfigProblem]:
+    taken: dict[int, str] = {}
+    for section_key, alias, name, default in _PORTS:
+        section = _get(raw, section_key, _SECTION_NAMES.get(section_key, section_key), {})
+        if section is None:
+            section = {}
+        if not isinstance(section, Mapping):
+            continue
+        port = _get(section, alias, name, default)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= MAX_PORT:
+            continue
+        path = f"{section_key}.{alias}"
+        if port in taken:
+            yield ConfigProblem(
+                path, f"port {port} is also {taken[port]}; every service needs its own port"
+            )
+        else:
+            taken[port] = path
