@@ -1,0 +1,96 @@
+"""`ControlPlane`: registry, reconcile loop, external checks and gRPC service, run together.
+
+What `orchestrator control-plane` and `orchestrator up` run once connected to a Ray cluster. The
+reconcile loop blocks on Ray calls, so it runs in a thread of its own, off the gRPC event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any, Final
+
+import grpc
+import ray
+
+from orchestrator.config.schema import OrchestratorConfig
+from orchestrator.controlplane.external_pools import ExternalReplicaChecker
+from orchestrator.controlplane.grpc_service import start_control_plane_server
+from orchestrator.controlplane.reconciler import DEFAULT_INTERVAL_S, PoolReconciler
+from orchestrator.controlplane.registry import NAMESPACE, REGISTRY_NAME, start_registry
+
+_JOIN_TIMEOUT_S: Final = 30.0
+
+
+class ControlPlane:
+    """Owns what it starts: `stop()` stops the replicas it launched and its server.
+
+    The registry is detached and outlives `stop()` unless `stop(remove_registry=True)`: a control
+    plane process that restarts finds it, with the replicas still registered.
+    """
+
+    def __init__(
+        self,
+        config: OrchestratorConfig,
+        *,
+        namespace: str = NAMESPACE,
+        registry_name: str = REGISTRY_NAME,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        reconcile_interval_s: float = DEFAULT_INTERVAL_S,
+        uses_real_gpus: bool = False,
+    ) -> None:
+        self._config = config
+        self._namespace = namespace
+        self._registry_name = registry_name
+        self._host = host
+        self._port = config.control_plane.grpc_port if port is None else port
+        self._interval_s = reconcile_interval_s
+        self._uses_real_gpus = uses_real_gpus
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._checking: asyncio.Task[None] | None = None
+        self.registry: Any = None
+        self.reconciler: PoolReconciler | None = None
+
+    async def start(self) -> int:
+        """Start everything (Ray must be connected); returns the gRPC port bound."""
+        self.registry = start_registry(
+            self._config, name=self._registry_name, namespace=self._namespace
+        )
+        self.reconciler = PoolReconciler(
+            self.registry,
+            model=self._config.model,
+            namespace=self._namespace,
+            uses_real_gpus=self._uses_real_gpus,
+        )
+        self._thread = threading.Thread(
+            target=self.reconciler.run,
+            args=(self._stop, self._interval_s),
+            name="pool-reconciler",
+            daemon=True,
+        )
+        self._thread.start()
+        checker = ExternalReplicaChecker(self._config, self.registry)
+        self._checking = asyncio.create_task(checker.run(), name="external-replica-checks")
+        self._server, bound = await start_control_plane_server(
+            self.registry, self._host, self._port
+        )
+        return bound
+
+    async def stop(self, *, remove_registry: bool = False) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        if self._checking is not None:
+            self._checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checking
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, _JOIN_TIMEOUT_S)
+        if self.reconciler is not None:
+            await asyncio.to_thread(self.reconciler.shutdown)
+        if remove_registry and self.registry is not None:
+            ray.kill(self.registry, no_restart=True)

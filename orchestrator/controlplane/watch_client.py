@@ -1,0 +1,43 @@
+"""A router's side of `WatchRoutingTable`: keep a `TableHolder` following the control plane.
+
+The holder keeps the last table it got whenever the control plane is unreachable (stale, not
+stopped: routers go on serving from it), and the watch reconnects, asking only for versions newer
+than the one it holds. Needs no Ray: it is gRPC and translation only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+import grpc
+
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
+from orchestrator.controlplane.grpc_translate import table_from_pb
+from orchestrator.table.source import TableHolder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETRY_S: Final = 1.0
+
+
+async def follow_routing_table(
+    target: str, holder: TableHolder, *, retry_s: float = DEFAULT_RETRY_S
+) -> None:
+    """Feed `holder` from the control plane at `target` ("host:port") until cancelled."""
+    while True:
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
+                request = pb.WatchRoutingTableRequest(after_version=holder.snapshot().version)
+                async for snapshot in stub.WatchRoutingTable(request):
+                    holder.replace(table_from_pb(snapshot))
+        except grpc.aio.AioRpcError as exc:
+            log.warning(
+                "control plane at %s unreachable (%s); serving routing table version %d until"
+                " it is back",
+                target, exc.code().name, holder.snapshot().version,
+            )  # fmt: skip
+        await asyncio.sleep(retry_s)
