@@ -6,12 +6,19 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
+if TYPE_CHECKING:
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.up.admin import ControlPlaneClient
+
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
+DEFAULT_CONTROL_PLANE = "127.0.0.1:50052"
 
 
 def _generation(raw: str) -> Generation:
@@ -125,12 +132,20 @@ def cmd_router(args: argparse.Namespace) -> int:
     from orchestrator.frontends.http.server import Listen, serve
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
 
+    settings = RouterSettings(latency_scale=args.latency_scale)
+    if args.control_plane is not None and args.workers > 1:
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--workers > 1 needs --config; a router following --control-plane runs one worker",
+            param="workers",
+        )
     config = RouterConfig(
-        replicas_file=Path(args.config),
+        replicas_file=Path(args.config or ""),
         profile=args.profile,
-        settings=RouterSettings(latency_scale=args.latency_scale),
+        settings=settings,
     )
-    RouterService.from_config(config)  # reject a bad file or profile before serving anything
+    if args.control_plane is None:
+        RouterService.from_config(config)  # reject a bad file or profile before serving anything
     keys = None
     if args.api_keys_file is not None:
         keys = ApiKeys.from_file(Path(args.api_keys_file))
@@ -144,15 +159,33 @@ def cmd_router(args: argparse.Namespace) -> int:
         from orchestrator.frontends.grpc.server import grpc_serving
 
         companions.append(partial(grpc_serving, host=args.host, port=args.grpc_port))
+    if args.control_plane is not None:
+        from orchestrator.up.follow import serve_following
+
+        return serve_following(
+            args.control_plane,
+            profile=args.profile,
+            settings=settings,
+            http=http,
+            host=args.host,
+            port=args.port,
+            companions=companions,
+        )
     listen = Listen(args.host, args.port, args.workers)
     return serve(config, http, listen, args.log_level, companions=companions)
 
 
 def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     router = commands.add_parser(
-        "router", help="serve the OpenAI-compatible endpoint over the replicas of a replicas file"
+        "router",
+        help="serve the OpenAI API over a replicas file or the control plane's routing table",
     )
-    router.add_argument("--config", required=True, help="replicas file (kind: Replicas)")
+    table = router.add_mutually_exclusive_group(required=True)
+    table.add_argument("--config", help="replicas file (kind: Replicas)")
+    table.add_argument(
+        "--control-plane", metavar="HOST:PORT",
+        help="follow this control plane's routing table instead of a replicas file",
+    )  # fmt: skip
     router.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     router.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks one)")
     router.add_argument(
@@ -176,6 +209,123 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="worker processes sharing the port with SO_REUSEPORT (default 1)",
     )  # fmt: skip
     router.set_defaults(handler=cmd_router)
+
+
+def _stack_config(args: argparse.Namespace) -> OrchestratorConfig:
+    """The config file's contents, or the built-in config; a bad file raises `ConfigError`."""
+    from orchestrator.config import default_config, load_config
+
+    return default_config() if args.config is None else load_config(args.config)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from orchestrator.up.stack import run_up
+
+    return run_up(_stack_config(args), host=args.host)
+
+
+def cmd_control_plane(args: argparse.Namespace) -> int:
+    from orchestrator.up.stack import run_control_plane
+
+    return run_control_plane(
+        _stack_config(args), ray_address=args.ray_address, host=args.host, port=args.port
+    )
+
+
+def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argparse.Namespace], int]:
+    """An operator command: its output on stdout, or exit 1 when the control plane is unreachable
+    (a refused request raises `OrchestratorError`, exit 2)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable
+
+        try:
+            print(command(ControlPlaneClient(args.control_plane)))
+        except ControlPlaneUnreachable as error:
+            print(f"orchestrator: error: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+        return 0
+
+    return handler
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    def show(client: ControlPlaneClient) -> str:
+        from orchestrator.up.admin import format_status
+
+        status = client.status()
+        return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+
+    return _operator(show)(args)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    def drain(client: ControlPlaneClient) -> str:
+        covered = ", ".join(client.drain(args.target)) or "no replicas"
+        return f"draining {args.target}: {covered}; in-flight requests finish first"
+
+    return _operator(drain)(args)
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    def scale(client: ControlPlaneClient) -> str:
+        client.scale(args.pool, args.replicas)
+        return f"pool {args.pool}: desired size {args.replicas}"
+
+    return _operator(scale)(args)
+
+
+def _non_negative_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = commands.add_parser(
+        "up", help="run everything locally: Ray, the control plane, the pools and a router"
+    )
+    up.add_argument("--config", help="orchestrator config (default: the built-in one)")
+    up.add_argument("--host", default="127.0.0.1", help="router address (default 127.0.0.1)")
+    up.set_defaults(handler=cmd_up)
+
+    control_plane = commands.add_parser(
+        "control-plane", help="run only the control plane (registry, reconciler, gRPC)"
+    )
+    control_plane.add_argument("--config", help="orchestrator config (default: the built-in one)")
+    control_plane.add_argument(
+        "--ray-address", help="join this Ray cluster (default: start a local one from the config)"
+    )
+    control_plane.add_argument(
+        "--host", default="127.0.0.1", help="gRPC address to bind (default 127.0.0.1)"
+    )
+    control_plane.add_argument(
+        "--port", type=_port, default=None, help="gRPC port (default: controlPlane.grpcPort)"
+    )
+    control_plane.set_defaults(handler=cmd_control_plane)
+
+    def operator(name: str, text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=text)
+        parser.add_argument(
+            "--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT",
+            help=f"control plane gRPC address (default {DEFAULT_CONTROL_PLANE})",
+        )  # fmt: skip
+        return parser
+
+    status = operator("status", "sites, pools and replicas: generation, state, capacity, load")
+    status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    status.set_defaults(handler=cmd_status)
+    drain = operator("drain", "stop new requests to a pool (size 0) or one replica")
+    drain.add_argument("target", metavar="POOL|REPLICA")
+    drain.set_defaults(handler=cmd_drain)
+    scale = operator("scale", "set a pool's desired number of replicas")
+    scale.add_argument("pool", metavar="POOL")
+    scale.add_argument("replicas", metavar="N", type=_non_negative_int)
+    scale.set_defaults(handler=cmd_scale)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
     _add_router_command(commands)
+    _add_stack_commands(commands)
     return parser
 
 

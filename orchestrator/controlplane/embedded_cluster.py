@@ -1,0 +1,91 @@
+"""The Ray cluster a control plane runs on: a local one made from the config, or an existing one.
+
+`orchestrator up` and `orchestrator control-plane` without `--ray-address` start a local cluster
+with one Ray node per (site, generation) of the config (`placement.node_groups`), each with room to
+scale its pools up; `stop()` removes every node it started, so no raylet, GCS or worker outlives it.
+Kept here because only `controlplane/` imports `ray`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Final
+
+import ray
+from ray.cluster_utils import Cluster
+
+from orchestrator.config.schema import OrchestratorConfig
+from orchestrator.controlplane.placement import NodeGroup, node_groups
+from orchestrator.controlplane.registry import NAMESPACE
+
+HEADROOM: Final = 2
+"""Each local node offers this many times the GPU slots its pools need at their configured size,
+so `orchestrator scale` has somewhere to place new replicas."""
+
+# A node that dies is noticed within about 2 s (the default takes 30 s).
+_FAST_FAILURE_DETECTION: Final = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+}
+
+
+def local_node_groups(config: OrchestratorConfig) -> list[NodeGroup]:
+    """The nodes of the local cluster: `node_groups(config)` with `HEADROOM` times the slots."""
+    return [replace(group, gpu_slots=group.gpu_slots * HEADROOM) for group in node_groups(config)]
+
+
+class RayConnection:
+    """This process's connection to Ray, and the local cluster behind it when it started one."""
+
+    def __init__(self, cluster: Cluster | None, address: str) -> None:
+        self._cluster = cluster
+        self.address = address
+
+    @classmethod
+    def start_local(
+        cls, config: OrchestratorConfig, *, namespace: str = NAMESPACE
+    ) -> RayConnection:
+        """Start a head node and one node per group of `config`, then connect to them.
+
+        Blocks until every node has joined. On failure, whatever was started is stopped again.
+        """
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "include_dashboard": False,
+                "_system_config": _FAST_FAILURE_DETECTION,
+            },
+            shutdown_at_exit=True,
+        )
+        try:
+            for group in local_node_groups(config):
+                cluster.add_node(num_cpus=1, **group.ray_node_args())
+            ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
+        except BaseException:
+            ray.shutdown()
+            cluster.shutdown()
+            raise
+        return cls(cluster, cluster.address)
+
+    @classmethod
+    def connect(cls, address: str, *, namespace: str = NAMESPACE) -> RayConnection:
+        """Join an existing cluster (`ray start` or KubeRay); `stop()` then only disconnects."""
+        ray.init(address=address, namespace=namespace, log_to_driver=False)
+        return cls(None, address)
+
+    @property
+    def session_dir(self) -> str | None:
+        """The local cluster's session directory (every process of it mentions it); else None."""
+        if self._cluster is None or self._cluster.head_node is None:
+            return None
+        path: Any = self._cluster.head_node.get_session_dir_path()
+        return str(path)
+
+    def stop(self) -> None:
+        """Disconnect, and stop every node of the local cluster if this process started it."""
+        ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None

@@ -1,0 +1,213 @@
+"""The operator's side of the control plane: `status`, `drain` and `scale` over gRPC.
+
+Errors split by who must act: a request the control plane refuses (unknown pool, bad size) is the
+caller's to fix and raises `OrchestratorError` (exit 2); a control plane that does not answer raises
+`ControlPlaneUnreachable` (exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Final, TypeVar
+
+import grpc
+
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+
+DEFAULT_CONTROL_PLANE: Final = "127.0.0.1:50052"
+CALL_TIMEOUT_S: Final = 10.0
+
+_REFUSED: Final = {
+    grpc.StatusCode.NOT_FOUND: ErrorCode.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT: ErrorCode.INVALID_ARGUMENT,
+}
+_STATE_NAMES: Final = {
+    pb.REPLICA_STATE_READY: "ready",
+    pb.REPLICA_STATE_DRAINING: "draining",
+    pb.REPLICA_STATE_UNHEALTHY: "unhealthy",
+}
+_HEALTH_NAMES: Final = {
+    pb.NODE_HEALTH_UNSPECIFIED: "healthy",
+    pb.NODE_HEALTH_HEALTHY: "healthy",
+    pb.NODE_HEALTH_DEGRADED: "degraded",
+    pb.NODE_HEALTH_UNHEALTHY: "unhealthy",
+}
+
+T = TypeVar("T")
+
+
+class ControlPlaneUnreachable(Exception):
+    """The control plane did not answer (not running, wrong address, or restarting)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRow:
+    """A pool's desired size (`None` for external pools) next to the replicas ready in it."""
+
+    name: str
+    site: str
+    generation: str
+    engine: str
+    desired: int | None
+    ready: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    """One replica as `status` shows it; `capacity_tokens_per_s` is the table's prior (wall clock),
+    0 once the replica is gone. `state` is the control plane's view (ready, draining, gone) unless
+    the routing table marks it unhealthy."""
+
+    id: str
+    pool: str
+    site: str
+    generation: str
+    state: str
+    capacity_tokens_per_s: float
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    health: str
+    heartbeat_age_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    version: int
+    pools: list[PoolRow]
+    replicas: list[ReplicaRow]
+
+    @property
+    def sites(self) -> list[str]:
+        return sorted({p.site for p in self.pools} | {r.site for r in self.replicas})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "sites": self.sites,
+            "pools": [asdict(p) for p in self.pools],
+            "replicas": [asdict(r) for r in self.replicas],
+        }
+
+
+class ControlPlaneClient:
+    """Blocking calls to the control plane at `target` ("host:port"), each bounded in time."""
+
+    def __init__(self, target: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.target = target
+        self._timeout_s = timeout_s
+
+    def status(self) -> Status:
+        response = self._call(lambda stub: stub.GetStatus(pb.GetStatusRequest(), **self._opts))
+        return status_from_pb(response)
+
+    def drain(self, target: str) -> list[str]:
+        """Drain a pool (its size becomes 0) or one replica; returns the replica ids covered."""
+        response = self._call(lambda stub: stub.Drain(pb.DrainRequest(target=target), **self._opts))
+        return list(response.replica_ids)
+
+    def scale(self, pool: str, replicas: int) -> None:
+        request = pb.ScaleRequest(pool=pool, replicas=replicas)
+        self._call(lambda stub: stub.Scale(request, **self._opts))
+
+    @property
+    def _opts(self) -> dict[str, Any]:
+        return {"timeout": self._timeout_s}
+
+    def _call(self, call: Callable[[Any], T]) -> T:
+        with grpc.insecure_channel(self.target) as channel:
+            stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                return call(stub)
+            except grpc.RpcError as error:
+                code: grpc.StatusCode = error.code()
+                details: str = error.details() or code.name
+                if code in _REFUSED:
+                    raise OrchestratorError(_REFUSED[code], details) from None
+                raise ControlPlaneUnreachable(
+                    f"control plane at {self.target} is unreachable ({code.name}: {details}); "
+                    "is `orchestrator up` or `orchestrator control-plane` running there?"
+                ) from None
+
+
+def status_from_pb(response: Any) -> Status:
+    """`GetStatusResponse` as rows; a gone replica takes its site and generation from its pool."""
+    pools = {p.name: p for p in response.pools}
+    replicas = []
+    for entry in response.replicas:
+        pool = pools.get(entry.pool)
+        listed = entry.HasField("replica")
+        row = entry.replica
+        state = entry.observed_state
+        if listed and row.state == pb.REPLICA_STATE_UNHEALTHY:
+            state = _STATE_NAMES[row.state]
+        replicas.append(
+            ReplicaRow(
+                id=entry.id,
+                pool=entry.pool,
+                site=row.site if listed else (pool.site if pool else ""),
+                generation=row.generation if listed else (pool.generation if pool else ""),
+                state=state,
+                capacity_tokens_per_s=row.capacity_prior_tokens_per_s if listed else 0.0,
+                running=entry.running,
+                waiting=entry.waiting,
+                kv_cache_usage=entry.kv_cache_usage,
+                health=_HEALTH_NAMES.get(row.node_health, "healthy") if listed else "-",
+                heartbeat_age_s=entry.heartbeat_age_s,
+            )
+        )
+    rows = [
+        PoolRow(
+            name=p.name,
+            site=p.site,
+            generation=p.generation,
+            engine=p.engine,
+            desired=p.replicas if p.HasField("replicas") else None,
+            ready=sum(r.pool == p.name and r.state == "ready" for r in replicas),
+        )
+        for p in response.pools
+    ]
+    return Status(version=response.version, pools=rows, replicas=replicas)
+
+
+def format_status(status: Status) -> str:
+    """Sites, then pools, then replicas, as aligned text tables."""
+    pools = _table(
+        ("POOL", "SITE", "GENERATION", "ENGINE", "DESIRED", "READY"),
+        [
+            (p.name, p.site, p.generation, p.engine, "-" if p.desired is None else str(p.desired),
+             str(p.ready))
+            for p in status.pools
+        ],
+    )  # fmt: skip
+    replicas = _table(
+        ("REPLICA", "POOL", "SITE", "GENERATION", "STATE", "CAPACITY tok/s", "RUNNING", "WAITING",
+         "KV", "HEALTH", "HEARTBEAT"),
+        [
+            (r.id, r.pool, r.site, r.generation, r.state, f"{r.capacity_tokens_per_s:.0f}",
+             str(r.running), str(r.waiting), f"{r.kv_cache_usage:.0%}", r.health,
+             f"{r.heartbeat_age_s:.1f}s ago")
+            for r in status.replicas
+        ],
+    )  # fmt: skip
+    return "\n".join(
+        [
+            f"routing table version {status.version}; sites: {', '.join(status.sites) or '-'}",
+            "",
+            pools,
+            "",
+            replicas if status.replicas else "no replicas",
+        ]
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [header, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )

@@ -1,0 +1,83 @@
+"""The stack commands' failures a user meets first: bad config, taken ports, no control plane."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from orchestrator.config import default_config_text
+
+ORCHESTRATOR = [sys.executable, "-m", "orchestrator"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ORCHESTRATOR, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_up_with_a_bad_config_names_the_field_exits_2_and_starts_no_ray(tmp_path: Path) -> None:
+    config = yaml.safe_load(default_config_text())
+    config["pools"][0]["generation"] = "MI999X"
+    config["pools"][1]["replicas"] = -1
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    ray_dir = tmp_path / "ray"
+
+    started = time.monotonic()
+    result = run("up", "--config", str(path), env={"RAY_TMPDIR": str(ray_dir)})
+
+    assert result.returncode == 2
+    assert "pools[0].generation" in result.stderr
+    assert "pools[1].replicas" in result.stderr
+    assert not ray_dir.exists(), "Ray was started for a bad config"
+    assert time.monotonic() - started < 30
+
+
+def test_up_with_a_taken_port_names_it_exits_2_and_starts_no_ray(tmp_path: Path) -> None:
+    http_port, grpc_port = free_ports(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config = yaml.safe_load(default_config_text())
+        config["router"].update(httpPort=http_port, grpcPort=grpc_port)
+        config["controlPlane"]["grpcPort"] = taken.getsockname()[1]
+        path = tmp_path / "taken.yaml"
+        path.write_text(yaml.safe_dump(config))
+        ray_dir = tmp_path / "ray"
+        result = run("up", "--config", str(path), env={"RAY_TMPDIR": str(ray_dir)})
+    assert result.returncode == 2
+    assert "controlPlane.grpcPort" in result.stderr
+    assert not ray_dir.exists()
+
+
+def test_operator_commands_say_the_control_plane_is_unreachable_and_exit_1() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    for args in (["status"], ["scale", "kr-mi300x", "3"], ["drain", "kr-mi300x"]):
+        result = run(*args, "--control-plane", address)
+        assert result.returncode == 1, result.stderr
+        assert f"control plane at {address} is unreachable" in result.stderr

@@ -1,0 +1,65 @@
+"""What `orchestrator status` makes of a `GetStatusResponse`: rows a person can read at a glance."""
+
+from __future__ import annotations
+
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
+from orchestrator.up.admin import format_status, status_from_pb
+
+
+def response() -> pb.GetStatusResponse:
+    def replica(id_: str, pool: str, site: str, generation: str, capacity: float) -> pb.Replica:
+        return pb.Replica(
+            id=id_, url="http://127.0.0.1:1", model="m", pool=pool, site=site,
+            generation=generation, engine="sim", capacity_prior_tokens_per_s=capacity,
+            state=pb.REPLICA_STATE_READY, node_health=pb.NODE_HEALTH_HEALTHY,
+        )  # fmt: skip
+
+    return pb.GetStatusResponse(
+        version=7,
+        pools=[
+            pb.PoolStatus(
+                name="kr-mi300x", site="kr", generation="MI300X", engine="sim", replicas=2
+            ),
+            pb.PoolStatus(
+                name="us-mi355x", site="us", generation="MI355X", engine="sim", replicas=1
+            ),
+            pb.PoolStatus(name="eu-ext", site="eu", generation="MI300X", engine="external"),
+        ],
+        replicas=[
+            pb.ReplicaStatus(
+                id="kr-a",
+                pool="kr-mi300x",
+                observed_state="ready",
+                running=3,
+                kv_cache_usage=0.25,
+                replica=replica("kr-a", "kr-mi300x", "kr", "MI300X", 336.0),
+            ),
+            pb.ReplicaStatus(id="kr-b", pool="kr-mi300x", observed_state="gone"),
+            pb.ReplicaStatus(
+                id="us-a",
+                pool="us-mi355x",
+                observed_state="ready",
+                replica=replica("us-a", "us-mi355x", "us", "MI355X", 1597.0),
+            ),
+        ],
+    )
+
+
+def test_a_gone_replica_keeps_its_pools_site_and_generation_and_counts_as_not_ready() -> None:
+    status = status_from_pb(response())
+    gone = next(r for r in status.replicas if r.id == "kr-b")
+    assert (gone.site, gone.generation, gone.state) == ("kr", "MI300X", "gone")
+    ready = {p.name: (p.ready, p.desired) for p in status.pools}
+    assert ready == {"kr-mi300x": (1, 2), "us-mi355x": (1, 1), "eu-ext": (0, None)}
+
+
+def test_the_table_lists_every_site_pool_and_replica_with_capacity_and_load() -> None:
+    text = format_status(status_from_pb(response()))
+    assert "sites: eu, kr, us" in text
+    kr_a = next(line for line in text.splitlines() if line.startswith("kr-a "))
+    assert kr_a.split() == [
+        "kr-a", "kr-mi300x", "kr", "MI300X", "ready", "336", "3", "0", "25%", "healthy", "0.0s",
+        "ago",
+    ]  # fmt: skip
+    eu = next(line for line in text.splitlines() if line.startswith("eu-ext"))
+    assert eu.split()[-2:] == ["-", "0"]
