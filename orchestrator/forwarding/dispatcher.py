@@ -20,13 +20,10 @@ Contract of `Dispatcher.dispatch`:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
-
-import aiohttp
 
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
@@ -34,7 +31,12 @@ from orchestrator.core.openai_errors import openai_error
 from orchestrator.core.records import Replica
 from orchestrator.forwarding.breaker import CircuitBreakers
 from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
-from orchestrator.forwarding.upstream import UpstreamPool
+from orchestrator.forwarding.upstream import (
+    UpstreamConnectError,
+    UpstreamDisconnected,
+    UpstreamPool,
+    UpstreamResponse,
+)
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import RoutingView
@@ -42,11 +44,14 @@ from orchestrator.routing.profile import Profile
 from orchestrator.table.source import TableHolder
 
 SSE_CONTENT_TYPE: Final = "text/event-stream"
-_REQUEST_HEADERS: Final = {"Content-Type": "application/json"}
 _DATA: Final = b"data:"
 _DONE_EVENT: Final = b"data: [DONE]\n\n"
 _COMPLETION_TOKENS: Final = b'"completion_tokens":'
-_PASSED_HEADERS: Final = ("Content-Type", "Content-Encoding")
+_DRAIN_AFTER_DONE_S: Final = 1.0  # a replica ends its body this soon after [DONE], or is dropped
+_PASSED_HEADERS: Final = (
+    ("content-type", "Content-Type"),
+    ("content-encoding", "Content-Encoding"),
+)
 
 
 class UpstreamErrorKind(StrEnum):
@@ -251,18 +256,17 @@ class Dispatcher:
         if remaining_s <= 0:
             self._breakers.released(replica.replica_id)
             raise _deadline_error()
-        timeout = aiohttp.ClientTimeout(
-            total=remaining_s,
-            sock_connect=min(remaining_s, self.settings.connect_timeout_s),
-            ceil_threshold=math.inf,  # fire at the deadline, not at the next whole second
-        )
         attempt = self._ledger.open(replica, start_s)
-        response: aiohttp.ClientResponse | None = None
+        response: UpstreamResponse | None = None
         handed_over = False
         try:
             try:
-                response = await self._upstream.session.post(
-                    replica.url + path, data=body, headers=_REQUEST_HEADERS, timeout=timeout
+                response = await self._upstream.post_json(
+                    replica.url,
+                    path,
+                    body,
+                    timeout_s=remaining_s,
+                    connect_timeout_s=self.settings.connect_timeout_s,
                 )
                 if response.status >= 500:
                     raise _AttemptFailed(UpstreamErrorKind.HTTP_5XX)
@@ -276,19 +280,17 @@ class Dispatcher:
                     tokens = _completion_tokens(data) if response.status < 300 else 0
                     self._ledger.close(attempt, ok=True, output_tokens=tokens)
                     return UpstreamReply(response.status, headers, replica, body=data)
-                first = await response.content.readany()
+                first = await response.read_some()
                 if not first:
                     raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as error:
+            except UpstreamDisconnected as error:
                 raise _AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
-            except aiohttp.ConnectionTimeoutError as error:
+            except UpstreamConnectError as error:
                 if self._clock.now() >= deadline_s:
                     raise _deadline_error() from None
                 raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
             except TimeoutError:
                 raise _deadline_error() from None
-            except aiohttp.ClientError as error:
-                raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
             self._ledger.first_token(attempt)
             relay = StreamRelay(self._ledger, attempt, response, first)
             handed_over = True
@@ -306,31 +308,44 @@ class Dispatcher:
 class StreamRelay:
     """An upstream SSE stream as an async iterator of byte chunks, relayed as they arrive.
 
+    The stream ends with the replica's body or, sooner, once a chunk ending in `data: [DONE]`
+    (OpenAI's last event) has been yielded: the answer is whole then, and a client that hangs up
+    as soon as it reads [DONE] (as the official client does) has had all of it. The replica's end
+    of the body is then awaited in the background, to keep the connection.
+
     Tokens are counted as `data:` events (no JSON parsing per chunk); the final usage chunk, when
     the client asked for one, gives the exact count. A failure after the first chunk yields one
     last chunk holding the terminal error event. `aclose()` closes the upstream connection (so the
     replica aborts) unless the stream already ended; calling it more than once is harmless.
     """
 
-    __slots__ = ("_attempt", "_events", "_first", "_last", "_ledger", "_previous", "_response")
+    __slots__ = ("_attempt", "_done", "_events", "_first", "_last", "_ledger", "_previous",
+                 "_response")  # fmt: skip
 
     def __init__(
         self,
         ledger: _Ledger,
         attempt: _Attempt,
-        response: aiohttp.ClientResponse,
+        response: UpstreamResponse,
         first: bytes,
     ) -> None:
         self._ledger = ledger
         self._attempt = attempt
-        self._response: aiohttp.ClientResponse | None = response
+        self._response: UpstreamResponse | None = response
         self._first: bytes | None = first
         self._events = first.count(_DATA)
         self._previous = b""
         self._last = first
+        self._done = first.endswith(_DONE_EVENT)  # the [DONE] event has been yielded
 
     def __aiter__(self) -> StreamRelay:
         return self
+
+    @property
+    def finished(self) -> bool:
+        """Every byte of the stream has been yielded: the next step ends it without waiting."""
+        response = self._response
+        return self._first is None and (self._done or response is None or response.finished)
 
     async def __anext__(self) -> bytes:
         if self._first is not None:
@@ -339,12 +354,15 @@ class StreamRelay:
         response = self._response
         if response is None:
             raise StopAsyncIteration
+        if self._done:
+            self._end(ok=True)
+            raise StopAsyncIteration
         try:
-            data = await response.content.readany()
+            data = await response.read_some()
         except TimeoutError:
             self._end(ok=False)
             return _error_event(_deadline_error())
-        except aiohttp.ClientError:
+        except UpstreamDisconnected:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
             self._end(ok=False, replica_failed=True)
             return _error_event(
@@ -358,6 +376,7 @@ class StreamRelay:
             raise StopAsyncIteration
         self._events += data.count(_DATA)
         self._previous, self._last = self._last, data
+        self._done = data.endswith(_DONE_EVENT)
         return data
 
     async def aclose(self) -> None:
@@ -368,7 +387,7 @@ class StreamRelay:
         if response is None:
             return
         if ok:
-            response.release()
+            response.release(drain_s=_DRAIN_AFTER_DONE_S)
         else:
             response.close()
         tail = self._previous + self._last
@@ -381,7 +400,8 @@ class StreamRelay:
 
 
 def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {name: headers[name] for name in _PASSED_HEADERS if name in headers}
+    """The headers relayed to the client, from the replica's (lower-case names)."""
+    return {name: headers[key] for key, name in _PASSED_HEADERS if key in headers}
 
 
 def _completion_tokens(data: bytes) -> int | None:

@@ -13,15 +13,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import aiohttp
-
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.records import Replica
 from orchestrator.engines import adapter_for
 from orchestrator.forwarding.breaker import BreakerState, CircuitBreakers
 from orchestrator.forwarding.dispatcher import UpstreamErrorKind
 from orchestrator.forwarding.metrics import RouterMetrics
-from orchestrator.forwarding.upstream import UpstreamPool
+from orchestrator.forwarding.upstream import UpstreamError, UpstreamPool
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.table.snapshot import RoutingTable
@@ -59,7 +57,7 @@ class ReplicaScraper:
         self._upstream = upstream
         self._metrics = metrics
         self.interval_s = interval_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
         self._clock = clock or MonotonicClock()
         self.rounds = 0
 
@@ -115,13 +113,17 @@ class ReplicaScraper:
     async def _get(self, replica: Replica, path: str) -> str | None:
         """The page's text if the replica answered 200 in time, else None."""
         try:
-            async with self._upstream.session.get(
-                replica.url + path, timeout=self._timeout
-            ) as response:
+            response = await self._upstream.get(
+                replica.url, path, timeout_s=self.timeout_s, connect_timeout_s=self.timeout_s
+            )
+            try:
                 if response.status != 200:
                     log.debug("replica %s: GET %s -> %d", replica.replica_id, path, response.status)
                     return None
-                return await response.text(errors="replace")
-        except (aiohttp.ClientError, TimeoutError, UnicodeError) as error:
+                page = await response.read()
+            finally:
+                response.release()
+            return page.decode("utf-8", errors="replace")
+        except (UpstreamError, TimeoutError) as error:
             log.debug("replica %s: GET %s failed: %r", replica.replica_id, path, error)
             return None

@@ -1,64 +1,320 @@
-"""The router's one HTTP client to the replicas: a pooled, keep-alive `aiohttp.ClientSession`.
+"""The router's one HTTP client to the replicas: keep-alive HTTP/1.1 connections, pooled per
+replica, shared by every request, the scraper and the health checks of one router process.
 
-One pool per router process, opened at start and shared by every request, the scraper and the
-health checks, so a request never pays for a new session or (usually) a new TCP connection.
+A general-purpose client (aiohttp's) cost the router more per request than everything else on
+its hot path together; this one does only what forwarding needs: POST a JSON body or GET a page,
+then read the answer whole or as it arrives (`http1_connection`). A request reuses the most
+recently used idle connection to its replica, so a busy router rarely opens one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+from collections import deque
 from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit
 
-import aiohttp
+from orchestrator.forwarding.http1_connection import (
+    Http1Connection,
+    UpstreamConnectError,
+    UpstreamDisconnected,
+    UpstreamError,
+    UpstreamResponse,
+)
+
+__all__ = [
+    "UpstreamConnectError",
+    "UpstreamDisconnected",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamResponse",
+    "UpstreamSettings",
+]
+
+_JSON_HEADERS: Final = b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     """Connection-pool limits.
 
-    `limit` caps open connections to all replicas together and `limit_per_host` to one replica;
-    a request over the cap waits for a free connection (within its deadline). `keepalive_s` is how
-    long an idle connection is kept: below the 5 s that vLLM's uvicorn keeps one, so the router
-    closes idle connections before the replica does and rarely reuses a half-closed one.
+    `limit` caps requests in flight to all replicas together and `limit_per_host` to one
+    replica; a request over the cap waits for a free connection (within its deadline). Idle
+    connections do not count. `keepalive_s` is how long an idle connection is kept: below the
+    5 s that vLLM's uvicorn keeps one, so the router closes idle connections before the replica
+    does and rarely reuses a half-closed one.
     """
 
     limit: int = 4096
     limit_per_host: int = 1024
     keepalive_s: float = 4.0
 
+    def __post_init__(self) -> None:
+        for name in ("limit", "limit_per_host"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.keepalive_s > 0:
+            raise ValueError(f"keepalive_s must be > 0, got {self.keepalive_s}")
+
+
+class _Origin:
+    """One replica's address (scheme, host, port), its idle connections and requests in flight."""
+
+    __slots__ = ("connections", "host", "host_header", "idle", "in_flight", "pool", "port", "tls")
+
+    def __init__(self, pool: UpstreamPool, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        try:
+            port = parts.port
+        except ValueError:  # out of range
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise UpstreamConnectError(f"not an http(s) replica URL: {base_url!r}")
+        self.pool = pool
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = port or (443 if self.tls else 80)
+        self.host_header = parts.netloc.encode("idna")
+        self.idle: deque[Http1Connection] = deque()  # newest last
+        self.connections: set[Http1Connection] = set()
+        self.in_flight = 0
+
+    def take_idle(self, now_s: float, keepalive_s: float) -> Http1Connection | None:
+        """The most recently used idle connection, unless even that one idled too long."""
+        idle = self.idle
+        while idle:
+            connection = idle.pop()
+            if connection.closed:
+                continue
+            if now_s - connection.idle_since_s < keepalive_s:
+                return connection
+            self.drop(connection)
+            while idle:  # every other one went idle earlier still
+                self.drop(idle.pop())
+        return None
+
+    def close_idle_before(self, cutoff_s: float) -> None:
+        idle = self.idle
+        while idle and idle[0].idle_since_s <= cutoff_s:
+            self.drop(idle.popleft())
+
+    def drop(self, connection: Http1Connection) -> None:
+        self.connections.discard(connection)
+        connection.close()
+
+    # -- ConnectionHome ------------------------------------------------------------------------
+
+    def connection_done(self, connection: Http1Connection, reusable: bool) -> None:
+        if reusable and self.pool.running:
+            connection.idle_since_s = self.pool.loop_time()
+            self.idle.append(connection)
+            self.pool.went_idle()
+        else:
+            self.drop(connection)
+        self.pool.done(self)
+
+    def connection_closed(self, connection: Http1Connection) -> None:
+        self.connections.discard(connection)
+        if connection in self.idle:
+            self.idle.remove(connection)
+
 
 class UpstreamPool:
-    """Owns the session; `start()` inside the router's event loop, `close()` when it stops."""
+    """Owns the connections; `start()` inside the router's event loop, `close()` when it stops.
+
+    `post_json` and `get` return an `UpstreamResponse` once its head arrived; the caller reads
+    the body and then must `release()` (keep the connection) or `close()` it. Both raise
+    `UpstreamConnectError` (no connection could be opened within the connect timeout),
+    `UpstreamDisconnected` (the connection ended before the head) or `TimeoutError` (the
+    request's time ran out; its connection is closed).
+    """
 
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self.settings = settings or UpstreamSettings()
-        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._origins: dict[str, _Origin] = {}
+        self._in_flight = 0
+        self._waiters: deque[tuple[_Origin, asyncio.Future[None]]] = deque()  # FIFO
+        self._tls: ssl.SSLContext | None = None
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        if self._session is not None:
-            return
-        connector = aiohttp.TCPConnector(
-            limit=self.settings.limit,
-            limit_per_host=self.settings.limit_per_host,
-            keepalive_timeout=self.settings.keepalive_s,
-            ttl_dns_cache=300,
-        )
-        # Bytes are relayed as the replica sent them: no decompression, no compression asked for,
-        # no cookies kept between unrelated clients' requests.
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding",),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-        )
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("the upstream pool is not started; call start() first")
-        return self._session
+        self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        """Close every connection, idle or carrying a request (that request then fails)."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for origin in self._origins.values():
+            origin.idle.clear()
+            for connection in list(origin.connections):
+                connection.close()
+            origin.connections.clear()
+        self._origins.clear()
+        self._loop = None
+
+    async def post_json(
+        self, base_url: str, path: str, body: bytes, *, timeout_s: float, connect_timeout_s: float
+    ) -> UpstreamResponse:
+        """POST `body` (JSON, sent as it is) to `path` on the replica at `base_url`.
+
+        `timeout_s` bounds the whole exchange, body included; `connect_timeout_s` bounds
+        opening a connection when no idle one is kept.
+        """
+        request_line = b"POST " + path.encode() + b" HTTP/1.1\r\nHost: "
+        headers = _JSON_HEADERS % len(body)
+        return await self._request(base_url, request_line, headers, body, timeout_s,
+                                   connect_timeout_s)  # fmt: skip
+
+    async def get(
+        self, base_url: str, path: str, *, timeout_s: float, connect_timeout_s: float
+    ) -> UpstreamResponse:
+        """GET `path` on the replica at `base_url`; timeouts as for `post_json`."""
+        request_line = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: "
+        return await self._request(base_url, request_line, b"\r\n", b"", timeout_s,
+                                   connect_timeout_s)  # fmt: skip
+
+    # -- for _Origin ---------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Between `start()` and `close()`."""
+        return self._loop is not None
+
+    def loop_time(self) -> float:
+        return self._running_loop().time()
+
+    def went_idle(self) -> None:
+        if self._sweep is None and self._loop is not None:
+            self._sweep = self._loop.call_later(self.settings.keepalive_s, self._close_stale)
+
+    def done(self, origin: _Origin) -> None:
+        """A request gave its slot back: hand it to the longest waiter that may take it."""
+        origin.in_flight -= 1
+        self._in_flight -= 1
+        if self._waiters:
+            self._wake_waiter()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        base_url: str,
+        request_line: bytes,
+        headers: bytes,
+        body: bytes,
+        timeout_s: float,
+        connect_timeout_s: float,
+    ) -> UpstreamResponse:
+        """`request_line` ends where the Host header's value goes; `headers` end the head."""
+        loop = self._running_loop()
+        expires_at = loop.time() + timeout_s
+        origin = self._origins.get(base_url) or self._add_origin(base_url)
+        settings = self.settings
+        if (
+            origin.in_flight >= settings.limit_per_host
+            or self._in_flight >= settings.limit
+            or self._waiters
+        ):
+            await self._wait_turn(origin, expires_at)
+        else:
+            origin.in_flight += 1
+            self._in_flight += 1
+        try:
+            connection = origin.take_idle(loop.time(), settings.keepalive_s)
+            if connection is None:
+                connect_s = min(connect_timeout_s, expires_at - loop.time())
+                connection = await self._connect(origin, connect_s)
+        except BaseException:
+            self.done(origin)
+            raise
+        head = request_line + origin.host_header + b"\r\n" + headers
+        try:
+            return await connection.exchange(head, body, expires_at)
+        except BaseException:
+            connection.finish(reusable=False)
+            raise
+
+    async def _connect(self, origin: _Origin, timeout_s: float) -> Http1Connection:
+        loop = self._running_loop()
+        tls = self._tls_context() if origin.tls else None
+        try:
+            if timeout_s <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(timeout_s):
+                _, connection = await loop.create_connection(
+                    lambda: Http1Connection(origin),
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls else None,
+                )
+        except TimeoutError:
+            raise UpstreamConnectError(
+                f"no connection to {origin.host}:{origin.port} within {timeout_s:.3g} s"
+            ) from None
+        except OSError as error:  # refused, unreachable, no such host, TLS handshake failed
+            raise UpstreamConnectError(
+                f"cannot connect to {origin.host}:{origin.port}: {error}"
+            ) from error
+        origin.connections.add(connection)
+        return connection
+
+    async def _wait_turn(self, origin: _Origin, expires_at: float) -> None:
+        """Wait until `origin` is under its limits; the slot is counted when this returns."""
+        loop = self._running_loop()
+        turn: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((origin, turn))
+        self._wake_waiter()  # the limits may allow it right now (others waited before it)
+        try:
+            async with asyncio.timeout_at(expires_at):
+                await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self.done(origin)  # it was handed a slot it will not use
+            else:
+                turn.cancel()
+            raise
+
+    def _wake_waiter(self) -> None:
+        settings = self.settings
+        for entry in self._waiters:
+            origin, turn = entry
+            if turn.done():
+                continue
+            if self._in_flight >= settings.limit:
+                break
+            if origin.in_flight < settings.limit_per_host:
+                origin.in_flight += 1
+                self._in_flight += 1
+                turn.set_result(None)
+                break
+        while self._waiters and self._waiters[0][1].done():
+            self._waiters.popleft()
+
+    def _add_origin(self, base_url: str) -> _Origin:
+        origin = self._origins[base_url] = _Origin(self, base_url)
+        return origin
+
+    def _close_stale(self) -> None:
+        self._sweep = None
+        if self._loop is None:
+            return
+        cutoff_s = self._loop.time() - self.settings.keepalive_s
+        for origin in self._origins.values():
+            origin.close_idle_before(cutoff_s)
+        if any(origin.idle for origin in self._origins.values()):
+            self.went_idle()
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the upstream pool is not started; call start() first")
+        return self._loop

@@ -1,7 +1,8 @@
 """Real routers, real replicas, on loopback, for the router tests.
 
 `AppThread` serves any aiohttp app from its own thread and event loop (port 0); `running_router`
-builds a `RouterService` over a replicas document and serves its HTTP API that way.
+builds a `RouterService` over a replicas document and serves its HTTP API that way, on the
+router's own site (the completions fast lane in front of aiohttp).
 `SimProcess` runs `orchestrator sim serve` as a subprocess that a test can SIGKILL; it is always
 killed when the test ends. `EchoReplica` is a tiny OpenAI-shaped replica that records every body
 it receives and answers what the body asks for.
@@ -29,6 +30,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.frontends.http.app import HttpSettings, build_app
+from orchestrator.frontends.http.fast_lane import FastLaneSite
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import parse_replicas
@@ -36,11 +38,26 @@ from orchestrator.table.static_file import parse_replicas
 MODEL = "openai/gpt-oss-120b"
 
 
+SiteFactory = Callable[[web.AppRunner], web.BaseSite]
+
+
+def tcp_site(runner: web.AppRunner) -> web.BaseSite:
+    return web.TCPSite(runner, "127.0.0.1", 0)
+
+
+def fast_lane_site(runner: web.AppRunner) -> web.BaseSite:
+    """The router's own site, as `orchestrator router` serves it: the fast lane, then aiohttp."""
+    return FastLaneSite(runner, "127.0.0.1", 0)
+
+
 class AppThread:
     """An aiohttp app served on 127.0.0.1:0 from a background thread until `stop()`."""
 
-    def __init__(self, make_app: Callable[[], web.Application]) -> None:
+    def __init__(
+        self, make_app: Callable[[], web.Application], make_site: SiteFactory = tcp_site
+    ) -> None:
         self._make_app = make_app
+        self._make_site = make_site
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -65,7 +82,7 @@ class AppThread:
     async def _start(self) -> None:
         self._runner = web.AppRunner(self._make_app(), handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        await self._make_site(self._runner).start()
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     def start(self) -> AppThread:
@@ -118,7 +135,7 @@ class RouterThread(AppThread):
             profile_named(profile),
             settings=settings or RouterSettings(),
         )
-        super().__init__(lambda: build_app(self.service, http))
+        super().__init__(lambda: build_app(self.service, http), fast_lane_site)
 
     def metric(self, name: str, **labels: str) -> float:
         return metric_value(self.url, name, **labels)
@@ -239,11 +256,13 @@ class EchoReplica:
     A body may ask for an answer: `"echo_status": 429` answers that status with an OpenAI error.
     A broken replica: `fail_status` answers every completion with that status; `hang_up` starts
     every answer (status and headers) and then drops the connection before any byte of it.
+    A slow one: `end_after_done_s` waits that long between a stream's [DONE] and its body's end.
     Tests may change these fields while the replica serves.
     """
 
     fail_status: int | None = None
     hang_up: bool = False
+    end_after_done_s: float = 0.0
     healthy: bool = True  # what `/health` says (200 or 503); a test may flip it
     metrics_page: str = (
         "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n"
@@ -292,6 +311,8 @@ class EchoReplica:
             choice = {"index": 0, "text": text, "finish_reason": None}
             await response.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
+        if self.end_after_done_s:
+            await asyncio.sleep(self.end_after_done_s)
         await response.write_eof()
         return response
 

@@ -1,6 +1,6 @@
 """A client that goes away cancels its upstream request at once (the replica counts an abort), and
 no request outlives its deadline: before the first token it fails with 504, mid-stream it ends
-with a terminal error event."""
+with a terminal error event. A client that goes away once it has read [DONE] had its answer."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from router_harness import (
     MODEL,
     ReplicaEntry,
     RouterThread,
+    echo_replica,
     metric_value,
     running_router,
     wait_until,
@@ -157,3 +158,35 @@ def test_a_stream_still_running_at_its_deadline_ends_with_an_error_event(
     assert DEADLINE_S - 0.05 <= took_s < DEADLINE_S + 0.5
     assert wait_until(lambda: aborted(real_time_replica) == before + 1, FREED_WITHIN_S)
     assert wait_until(lambda: settled(router, real_time_replica), FREED_WITHIN_S)
+
+
+def test_a_client_that_hangs_up_as_soon_as_it_reads_done_was_answered() -> None:
+    """As the official client does: it stops reading at [DONE] and closes, while the replica
+    has yet to end its body."""
+    with echo_replica() as (echo, server):
+        echo.end_after_done_s = 0.5
+        with running_router([ReplicaEntry("echo-0", server.url, engine="external")]) as router:
+            answered = router.metric("orchestrator_router_requests_total", code="200")
+            for index in range(3):
+                body = {"model": MODEL, "prompt": f"request {index}", "stream": True}
+                with raw_post(router, body) as client:
+                    received = b""
+                    while b"data: [DONE]\n\n" not in received:
+                        piece = client.recv(65536)
+                        assert piece, f"the router closed the stream early: {received!r}"
+                        received += piece
+
+            assert wait_until(
+                lambda: (
+                    router.metric("orchestrator_router_requests_total", code="200") == answered + 3
+                ),
+                FREED_WITHIN_S,
+            )
+            left = router.metric("orchestrator_router_requests_total", code="499")
+            stats = router.service.fleet.stats("echo-0")
+            successes = router.metric("orchestrator_router_request_duration_seconds_count")
+
+    assert left == 0
+    assert stats is not None and stats.in_flight == 0
+    assert stats.started_total == stats.finished_total == 3
+    assert successes == 3  # each attempt ended as a success

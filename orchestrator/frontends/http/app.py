@@ -8,7 +8,9 @@ streamed back as the replica's SSE bytes), `GET /v1/models` (from the routing ta
 its upstream request at once.
 
 Hot path: one `json.loads` of the body, a handful of field checks, no validation models, no
-per-request sessions; the response body or stream bytes are passed through untouched.
+per-request sessions; the response body or stream bytes are passed through untouched. Served by
+`serve_until_stopped`, most completions never reach aiohttp: the fast lane (`fast_lane.py`) takes
+them off the socket and calls `OpenAiFrontend.forward` itself.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
@@ -39,7 +41,7 @@ COMPLETIONS_PATH: Final = "/v1/completions"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 REPLICA_HEADER: Final = "x-orchestrator-replica"
 CLIENT_CLOSED: Final = "499"  # the `code` label of a request whose client went away (nginx's)
-_STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _HTTP_CODES: Final = {
     401: ErrorCode.UNAUTHENTICATED,
     404: ErrorCode.NOT_FOUND,
@@ -89,24 +91,28 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 class OpenAiFrontend:
-    """Request handlers over one `RouterService`."""
+    """Request handlers over one `RouterService`.
+
+    `forward` and `count` are the transport-free core of a completion request; the aiohttp
+    handlers below and the fast lane (`fast_lane.py`) both serve completions through them.
+    """
 
     def __init__(self, service: RouterService, settings: HttpSettings) -> None:
         self._service = service
-        self._settings = settings
-        self._counted: dict[str, Counter] = {}
+        self.settings = settings
+        self._counted: dict[str, Callable[[], None]] = {}
         self._models_version = -1
         self._models_body = b""
         self._default_model: str | None = None
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, CHAT_PATH, chat=True)
+        return await self._complete(request, CHAT_PATH)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, COMPLETIONS_PATH, chat=False)
+        return await self._complete(request, COMPLETIONS_PATH)
 
     async def models(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request.headers.get("Authorization"))
         self._refresh_models()
         return web.Response(body=self._models_body, content_type="application/json")
 
@@ -125,25 +131,23 @@ class OpenAiFrontend:
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
-    # -- completions ---------------------------------------------------------------------------
+    # -- completions, whatever the transport ----------------------------------------------------
 
-    async def _complete(self, request: web.Request, path: str, *, chat: bool) -> web.StreamResponse:
-        try:
-            response = await self._forward(request, path, chat=chat)
-        except OrchestratorError as error:
-            response = error_response(error)
-        except asyncio.CancelledError:
-            self._count(CLIENT_CLOSED)
-            raise
-        except Exception:
-            log.exception("unhandled error serving %s", path)
-            response = error_response(OrchestratorError(ErrorCode.INTERNAL, "internal error"))
-        self._count(str(response.status))
-        return response
+    def authorize(self, authorization: str | None) -> None:
+        """Raises UNAUTHENTICATED unless keys are off or `authorization` carries one."""
+        keys = self.settings.api_keys
+        if keys is not None and not keys.check(authorization):
+            raise OrchestratorError(
+                ErrorCode.UNAUTHENTICATED,
+                "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
+            )
 
-    async def _forward(self, request: web.Request, path: str, *, chat: bool) -> web.StreamResponse:
-        self._authorize(request)
-        raw = await self._read_body(request)
+    async def forward(self, path: str, headers: Mapping[str, str], raw: bytes) -> UpstreamReply:
+        """Route and dispatch an authorized completion request whose body is within the limit.
+
+        `path` is `CHAT_PATH` or `COMPLETIONS_PATH`; `headers` must answer lower-case names.
+        Raises `OrchestratorError` for a bad body, an unknown model or no replica.
+        """
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, deep nesting
@@ -151,16 +155,45 @@ class OpenAiFrontend:
                 ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
             ) from None
         self._refresh_models()
-        ctx = request_context(body, request.headers, chat=chat, default_model=self._default_model)
+        ctx = request_context(
+            body, headers, chat=path == CHAT_PATH, default_model=self._default_model
+        )
         service = self._service
-        reply = await service.dispatcher.dispatch(ctx, path, raw, deadline_s=service.deadline_s())
-        if reply.chunks is None:
-            return web.Response(
-                body=reply.body,
-                status=reply.status,
-                headers={**reply.headers, REPLICA_HEADER: reply.replica.replica_id},
-            )
-        return await self._relay(request, reply, reply.chunks)
+        return await service.dispatcher.dispatch(ctx, path, raw, deadline_s=service.deadline_s())
+
+    def count(self, code: str) -> None:
+        """Count one answered request by its response code (`CLIENT_CLOSED` if the client left)."""
+        increment = self._counted.get(code)
+        if increment is None:
+            counter = self._service.metrics.requests.labels(FRONTEND, code)
+            increment = self._counted[code] = counter.inc
+        increment()
+
+    # -- completions on aiohttp ----------------------------------------------------------------
+
+    async def _complete(self, request: web.Request, path: str) -> web.StreamResponse:
+        try:
+            self.authorize(request.headers.get("Authorization"))
+            raw = await self._read_body(request)
+            reply = await self.forward(path, request.headers, raw)
+            if reply.chunks is None:
+                response: web.StreamResponse = web.Response(
+                    body=reply.body,
+                    status=reply.status,
+                    headers={**reply.headers, REPLICA_HEADER: reply.replica.replica_id},
+                )
+            else:
+                response = await self._relay(request, reply, reply.chunks)
+        except OrchestratorError as error:
+            response = error_response(error)
+        except asyncio.CancelledError:
+            self.count(CLIENT_CLOSED)
+            raise
+        except Exception:
+            log.exception("unhandled error serving %s", path)
+            response = error_response(OrchestratorError(ErrorCode.INTERNAL, "internal error"))
+        self.count(str(response.status))
+        return response
 
     async def _relay(
         self, request: web.Request, reply: UpstreamReply, chunks: StreamRelay
@@ -170,7 +203,7 @@ class OpenAiFrontend:
             status=reply.status,
             headers={
                 **reply.headers,
-                **_STREAM_HEADERS,
+                **STREAM_HEADERS,
                 REPLICA_HEADER: reply.replica.replica_id,
             },
         )
@@ -186,21 +219,13 @@ class OpenAiFrontend:
         return response
 
     async def _read_body(self, request: web.Request) -> bytes:
-        limit = self._settings.max_body_bytes
+        limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise _too_large(limit) from None
-
-    def _authorize(self, request: web.Request) -> None:
-        keys = self._settings.api_keys
-        if keys is not None and not keys.check(request.headers.get("Authorization")):
-            raise OrchestratorError(
-                ErrorCode.UNAUTHENTICATED,
-                "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
-            )
+            raise too_large(limit) from None
 
     def _refresh_models(self) -> None:
         """Rebuild `/v1/models` and the default model when the routing table changed."""
@@ -216,17 +241,15 @@ class OpenAiFrontend:
         self._default_model = models[0] if len(models) == 1 else None
         self._models_version = table.version
 
-    def _count(self, code: str) -> None:
-        counter = self._counted.get(code)
-        if counter is None:
-            counter = self._counted[code] = self._service.metrics.requests.labels(FRONTEND, code)
-        counter.inc()
 
-
-def _too_large(limit: int) -> OrchestratorError:
+def too_large(limit: int) -> OrchestratorError:
     return OrchestratorError(
         ErrorCode.PAYLOAD_TOO_LARGE, f"the request body is larger than {limit} bytes"
     )
+
+
+OPENAI_FRONTEND: Final = web.AppKey("openai_frontend", OpenAiFrontend)
+"""The app's `OpenAiFrontend`, for servers that serve completions beside aiohttp (the fast lane)."""
 
 
 def build_app(service: RouterService, settings: HttpSettings | None = None) -> web.Application:
@@ -236,6 +259,7 @@ def build_app(service: RouterService, settings: HttpSettings | None = None) -> w
     # The body limit is enforced in the handlers with an OpenAI error; aiohttp's own cap is a
     # backstop just above it.
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_body_bytes + 1)
+    app[OPENAI_FRONTEND] = frontend
     app.router.add_post(CHAT_PATH, frontend.chat_completions)
     app.router.add_post(COMPLETIONS_PATH, frontend.completions)
     app.router.add_get("/v1/models", frontend.models)
