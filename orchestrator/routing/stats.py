@@ -7,7 +7,7 @@ capacity estimator writes `capacity_tokens_per_s`. Plugins only read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.core.records import ReplicaLoad
 
@@ -26,7 +26,6 @@ class ReplicaStats:
     tpot_s: float | None = None
     load: ReplicaLoad | None = None  # last scrape of the engine's /metrics
     circuit_open: bool = False
-    served_since_scrape: int = field(default=0)
 
     def concurrency_capacity(self, target_tpot_s: float) -> float:
         """Sequences it can decode at once within the TPOT target (Little: rate x time/token)."""
