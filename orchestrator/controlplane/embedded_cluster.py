@@ -22,6 +22,8 @@ HEADROOM: Final = 2
 """Each local node offers this many times the GPU slots its pools need at their configured size,
 so `orchestrator scale` has somewhere to place new replicas."""
 
+_START_ATTEMPTS = 2
+_STARTUP_TIMEOUT = "timed out during startup"
 # A node that dies is noticed within about 2 s (the default takes 30 s).
 _FAST_FAILURE_DETECTION: Final = {
     "health_check_initial_delay_ms": 0,
@@ -50,24 +52,29 @@ class RayConnection:
 
         Blocks until every node has joined. On failure, whatever was started is stopped again.
         """
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "include_dashboard": False,
-                "_system_config": _FAST_FAILURE_DETECTION,
-            },
-            shutdown_at_exit=True,
-        )
-        try:
-            for group in local_node_groups(config):
-                cluster.add_node(num_cpus=1, **group.ray_node_args())
-            ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
-        except BaseException:
-            ray.shutdown()
-            cluster.shutdown()
-            raise
-        return cls(cluster, cluster.address)
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 1,
+                    "include_dashboard": False,
+                    "_system_config": _FAST_FAILURE_DETECTION,
+                },
+                shutdown_at_exit=True,
+            )
+            try:
+                for group in local_node_groups(config):
+                    cluster.add_node(num_cpus=1, **group.ray_node_args())
+                ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
+            except BaseException as error:
+                ray.shutdown()
+                cluster.shutdown()
+                # Ray gives a raylet a fixed 30 s to register; a loaded machine can miss it once.
+                if _STARTUP_TIMEOUT in str(error) and attempt < _START_ATTEMPTS:
+                    continue
+                raise
+            return cls(cluster, cluster.address)
+        raise AssertionError("unreachable")
 
     @classmethod
     def connect(cls, address: str, *, namespace: str = NAMESPACE) -> RayConnection:

@@ -12,6 +12,7 @@ import grpc
 import pytest
 import ray
 from ray.cluster_utils import Cluster
+from ray_cluster import start_cluster
 from test_controlplane_ray_pools import FAST_FAILURE_DETECTION, named_actors, processes_mentioning
 
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
@@ -37,20 +38,15 @@ class EmbeddedCluster:
 @pytest.fixture
 def embedded() -> Iterator[EmbeddedCluster]:
     """A cluster as `orchestrator up` makes it: one node per site and generation of the config."""
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "_system_config": FAST_FAILURE_DETECTION,
+    cluster, nodes = start_cluster(
+        {"num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION},
+        lambda cluster: {
+            (group.site, group.generation): cluster.add_node(num_cpus=1, **group.ray_node_args())
+            for group in node_groups(default_config())
         },
     )
     session = cluster.head_node.get_session_dir_path()
     try:
-        nodes = {
-            (group.site, group.generation): cluster.add_node(num_cpus=1, **group.ray_node_args())
-            for group in node_groups(default_config())
-        }
         cluster.connect(namespace=NAMESPACE)
         yield EmbeddedCluster(cluster, nodes)
     finally:

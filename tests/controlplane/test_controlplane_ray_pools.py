@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import ray
 from ray.cluster_utils import Cluster
+from ray_cluster import start_cluster
 
 from orchestrator.config import default_config
 from orchestrator.controlplane.placement import GPU_SLOT_RESOURCE, SITE_LABEL
@@ -110,24 +111,19 @@ def processes_mentioning(text: str) -> list[str]:
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "_system_config": FAST_FAILURE_DETECTION,
+    cluster, nodes = start_cluster(
+        {"num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION},
+        lambda cluster: {
+            "kr-mi300x": cluster.add_node(**gpu_node("kr", MI300X)),
+            "us-mi355x": cluster.add_node(**gpu_node("us", MI355X)),
+            "us-mi300x (wrong generation)": cluster.add_node(**gpu_node("us", MI300X)),
+            "kr-mi355x (wrong site)": cluster.add_node(**gpu_node("kr", MI355X)),
         },
     )
     session = cluster.head_node.get_session_dir_path()
     reconciler_thread: threading.Thread | None = None
     world: World | None = None
     try:
-        nodes = {
-            "kr-mi300x": cluster.add_node(**gpu_node("kr", MI300X)),
-            "us-mi355x": cluster.add_node(**gpu_node("us", MI355X)),
-            "us-mi300x (wrong generation)": cluster.add_node(**gpu_node("us", MI300X)),
-            "kr-mi355x (wrong site)": cluster.add_node(**gpu_node("kr", MI355X)),
-        }
         cluster.connect(namespace=NAMESPACE)
         config = default_config()
         registry = start_registry(config, namespace=NAMESPACE)
