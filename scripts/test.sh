@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh test
+# Debian packages the tests use for real: Prometheus and promtool (monitoring), iproute2 (the
+# chaos suite's network namespaces). Installed once; skipped when already present.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v ip >/dev/null; then
+  echo "installing Debian's prometheus and iproute2 ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus iproute2 >/dev/null
+fi
 echo "ruff ..." >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.cli import bench, exporter, fault
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
@@ -372,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
     _add_router_command(commands)
     _add_stack_commands(commands)
+    for family in (exporter, fault, bench):
+        family.add_commands(commands)
     return parser
 
 

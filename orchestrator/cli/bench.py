@@ -1,0 +1,9 @@
+"""Command family: benchmarks: LoadGen harness and the virtual-time fleet simulation."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register this family's subcommands on the top-level parser."""
