@@ -7,7 +7,8 @@ balancers stop sending), the server stops accepting calls, and in-flight streams
 `grace_s` to finish before they are cancelled (which cancels their upstream requests).
 
 The server runs in the router's event loop and shares its `RouterService` with the HTTP frontend;
-it neither starts nor stops that service.
+it neither starts nor stops that service. With `tls`, the port speaks only TLS (a plaintext client
+fails its handshake: UNAVAILABLE), and a rotated certificate serves new connections.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from grpc_reflection.v1alpha import reflection
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.frontends.grpc.servicer import SERVICE_NAME, RouterServicer, add_router_servicer
 from orchestrator.router_service import RouterService
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.grpc_tls import server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +65,12 @@ class GrpcServer:
         host: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
         settings: GrpcSettings | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.settings = settings or GrpcSettings()
         self._service = service
+        # Built first: bad TLS files fail here, naming the flag, before anything binds.
+        self._credentials = None if tls is None else server_credentials(tls)
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.health = health.aio.HealthServicer()
         self.server = grpc.aio.server(
@@ -84,7 +90,10 @@ class GrpcServer:
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with port 0)."""
         try:
-            self.port = self.server.add_insecure_port(self._address)
+            if self._credentials is None:
+                self.port = self.server.add_insecure_port(self._address)
+            else:
+                self.port = self.server.add_secure_port(self._address, self._credentials)
         except RuntimeError:  # grpc's way of saying the address cannot be bound
             self.port = 0
         if self.port == 0:
@@ -125,9 +134,10 @@ async def start_grpc_server(
     host: str,
     port: int = DEFAULT_PORT,
     settings: GrpcSettings | None = None,
+    tls: TlsFiles | None = None,
 ) -> GrpcServer:
     """Start serving gRPC for `service` on `host:port` (0 picks a free port; see `.port`)."""
-    server = GrpcServer(service, host, port, settings)
+    server = GrpcServer(service, host, port, settings, tls)
     await server.start()
     log.info("gRPC %s on %s:%d", SERVICE_NAME, host, server.port)
     return server
@@ -139,12 +149,13 @@ async def grpc_serving(
     host: str,
     port: int | None = DEFAULT_PORT,
     settings: GrpcSettings | None = None,
+    tls: TlsFiles | None = None,
 ) -> AsyncIterator[GrpcServer | None]:
     """Serve gRPC for the duration of the block, then stop gracefully; port None serves nothing."""
     if port is None:
         yield None
         return
-    server = await start_grpc_server(service, host, port, settings)
+    server = await start_grpc_server(service, host, port, settings, tls)
     try:
         yield server
     finally:

@@ -4,7 +4,9 @@ Each worker is a whole router (its own event loop, upstream pool, scraper, break
 with more than one, every worker binds the port with `SO_REUSEPORT` and the kernel spreads
 connections across them. A worker's `/metrics` shows that worker's own counters. uvloop runs the
 event loop when it is installed. Connections start in the completions fast lane (`fast_lane.py`)
-and move to aiohttp at the first request the fast lane leaves to it.
+and move to aiohttp at the first request the fast lane leaves to it. With TLS (`Listen.tls`),
+aiohttp serves every request itself, over a context that follows certificate rotation; plaintext
+connections to a TLS port fail their handshake and get no answer.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.frontends.http.app import HttpSettings, build_app
 from orchestrator.frontends.http.fast_lane import FastLaneSite
 from orchestrator.router_service import RouterConfig, RouterService
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.http_tls import ReloadingServerContext
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +45,17 @@ function, or a `functools.partial` of one."""
 
 @dataclass(frozen=True, slots=True)
 class Listen:
-    """Where to serve: address, port (0 picks a free one) and worker processes."""
+    """Where to serve: address, port (0 picks a free one), worker processes, and the TLS files
+    (None: plaintext HTTP; with a client CA, clients must present a certificate it signed)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1
+    tls: TlsFiles | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls is None else "https"
 
 
 def use_uvloop() -> bool:
@@ -67,15 +77,24 @@ async def serve_until_stopped(
     reuse_port: bool = False,
     on_listening: Callable[[int], None] | None = None,
     companions: Sequence[Companion] = (),
+    tls: TlsFiles | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM (or cancellation), then stop cleanly.
 
-    Call from the main thread (signal handlers); `on_listening` gets the bound port.
+    Call from the main thread (signal handlers); `on_listening` gets the bound port. `tls`
+    serves HTTPS (bad files raise `OrchestratorError` before anything listens).
     """
+    context = None if tls is None else ReloadingServerContext(tls).context
     runner = web.AppRunner(build_app(service, http), handler_cancellation=True, access_log=None)
     await runner.setup()
     try:
-        site = FastLaneSite(runner, host, port, reuse_port=reuse_port, backlog=BACKLOG)
+        site: web.BaseSite
+        if context is None:
+            site = FastLaneSite(runner, host, port, reuse_port=reuse_port, backlog=BACKLOG)
+        else:
+            site = web.TCPSite(
+                runner, host, port, ssl_context=context, reuse_port=reuse_port, backlog=BACKLOG
+            )
         try:
             await site.start()
         except OSError as error:
@@ -98,11 +117,12 @@ async def serve_until_stopped(
         await runner.cleanup()
 
 
-def _announce(host: str, workers: int) -> Callable[[int], None]:
+def _announce(listen: Listen) -> Callable[[int], None]:
     def announce(port: int) -> None:
-        plural = "s" if workers > 1 else ""
+        plural = "s" if listen.workers > 1 else ""
         print(
-            f"orchestrator router on http://{host}:{port} ({workers} worker{plural})",
+            f"orchestrator router on {listen.scheme}://{listen.host}:{port} "
+            f"({listen.workers} worker{plural})",
             file=sys.stderr,
             flush=True,
         )
@@ -127,7 +147,7 @@ def run_worker(
         )
     use_uvloop()
 
-    announce_port = _announce(listen.host, listen.workers) if announce else None
+    announce_port = _announce(listen) if announce else None
 
     def listening(port: int) -> None:
         # Everything built so far lives as long as the worker: out of the cyclic collector's
@@ -147,6 +167,7 @@ def run_worker(
             reuse_port=reuse_port,
             on_listening=listening,
             companions=companions,
+            tls=listen.tls,
         )
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -178,7 +199,7 @@ def serve(
         )
         return 0
     with _reserved_port(listen.host, listen.port) as port:
-        shared = Listen(listen.host, port, listen.workers)
+        shared = Listen(listen.host, port, listen.workers, listen.tls)
         context = multiprocessing.get_context("spawn")
         workers = [
             context.Process(
@@ -191,7 +212,7 @@ def serve(
         ]
         for worker in workers:
             worker.start()
-        _announce(listen.host, listen.workers)(port)
+        _announce(listen)(port)
         return _supervise(workers)
 
 

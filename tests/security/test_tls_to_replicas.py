@@ -1,0 +1,130 @@
+"""Optional TLS from the router to its replicas: `orchestrator router --replica-tls-*` reaches an
+`https://` replica that wants a client certificate; without our CA the router refuses to talk to
+it and answers a clean 503 instead."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from pki import Pki
+from replica_server import ReplicaThread
+
+from orchestrator.core.generations import Generation
+from orchestrator.security.http_tls import server_context
+from orchestrator.sim.replica import ReplicaSettings, build_app
+
+pytestmark = pytest.mark.slow
+MODEL = "openai/gpt-oss-120b"
+
+
+class TlsReplicaThread(ReplicaThread):
+    """A simulated replica serving HTTPS that requires a client certificate from our CA."""
+
+    def __init__(self, pki: Pki) -> None:
+        super().__init__(ReplicaSettings(Generation.MI355X, time_scale=0.0, seed=5))
+        self._pki = pki
+
+    async def _start(self) -> None:
+        self.app = build_app(self.settings)
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        context = server_context(self._pki.server_files(mutual=True))
+        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context).start()
+        self.url = f"https://127.0.0.1:{self._runner.addresses[0][1]}"
+
+
+@pytest.fixture(scope="module")
+def https_replica(pki: Pki) -> Iterator[TlsReplicaThread]:
+    server = TlsReplicaThread(pki).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def router_over(replica_url: str, directory: Path, *flags: str) -> subprocess.Popen[str]:
+    replicas = directory / "replicas.yaml"
+    replicas.write_text(
+        f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: {MODEL}\nreplicas:\n"
+        f'  - {{id: r0, url: "{replica_url}", pool: p, site: lab, generation: MI355X, '
+        "engine: sim}\n"
+    )
+    command = [
+        sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
+        "--config", str(replicas), "--port", "0", "--grpc-port", "0", *flags,
+    ]  # fmt: skip
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+
+
+def completion_status(router: subprocess.Popen[str]) -> tuple[int, dict[str, object]]:
+    """Start-up announcement → port; then one completion through the router: status and body."""
+    assert router.stderr is not None
+    port = 0
+    for line in router.stderr:
+        found = re.search(r"router on http://127\.0\.0\.1:(\d+)", line)
+        if found:
+            port = int(found.group(1))
+            break
+    assert port, f"the router exited ({router.wait()}) without announcing its port"
+    body = json.dumps({"model": MODEL, "prompt": "over TLS", "max_tokens": 4}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture
+def stopped_after() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_router_with_our_ca_and_certificate_forwards_to_an_https_replica(
+    https_replica: TlsReplicaThread,
+    pki: Pki,
+    tmp_path: Path,
+    stopped_after: list[subprocess.Popen[str]],
+) -> None:
+    router = router_over(
+        https_replica.url, tmp_path,
+        "--replica-tls-ca", str(pki.ca.ca),
+        "--replica-tls-cert", str(pki.client.cert),
+        "--replica-tls-key", str(pki.client.key),
+    )  # fmt: skip
+    stopped_after.append(router)
+    status, body = completion_status(router)
+    assert status == 200, body
+    assert body["choices"]
+
+
+def test_router_that_does_not_trust_the_replica_answers_a_clean_503(
+    https_replica: TlsReplicaThread, tmp_path: Path, stopped_after: list[subprocess.Popen[str]]
+) -> None:
+    router = router_over(https_replica.url, tmp_path)
+    stopped_after.append(router)
+    status, body = completion_status(router)
+    assert status == 503, body
+    error = body["error"]
+    assert isinstance(error, dict) and "could take the request" in str(error["message"])
