@@ -1,7 +1,9 @@
 """One router process, minus its transports: the routing table, live fleet state, profile,
-dispatcher, scraper, capacity estimator and metrics, started and stopped together.
+admission control, per-key limits, dispatcher, scraper, capacity estimator and metrics, started
+and stopped together.
 
-The HTTP frontend and the gRPC frontend both call `RouterService.dispatcher`; neither owns state.
+The HTTP frontend and the gRPC frontend both call `RouterService.dispatch` (limits, admission,
+then the dispatcher); neither owns state.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from orchestrator.admission.controller import AdmissionController, FleetRoom
+from orchestrator.admission.keys import ApiKey
+from orchestrator.admission.limits import KeyLease, KeyLimiter
+from orchestrator.admission.metrics import AdmissionMetrics
+from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import ReplicaState
 from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
-from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings
+from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
 from orchestrator.forwarding.metrics import RouterMetrics
 from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
 from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
+from orchestrator.routing.context import RequestContext
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.profile import Profile
 from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
-from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import load_replicas_file
 
@@ -53,6 +60,7 @@ class RouterSettings:
     scrape_interval_s: float = DEFAULT_INTERVAL_S
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
     def __post_init__(self) -> None:
         for name in ("latency_scale", "target_ttft_s", "target_tpot_s", "request_deadline_s"):
@@ -145,6 +153,14 @@ class RouterService:
             interval_s=self.settings.scrape_interval_s,
             clock=self.clock,
         )
+        self.admission_metrics = AdmissionMetrics(self.registry)
+        self.admission = AdmissionController(
+            self.settings.admission,
+            self.room_of,
+            metrics=self.admission_metrics,
+            latency_scale=self.settings.latency_scale,
+        )
+        self.key_limiter = KeyLimiter(self.admission_metrics)
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -190,6 +206,63 @@ class RouterService:
         """The absolute deadline (dispatcher clock) of a request that arrives now."""
         return self.clock.now() + self.settings.scaled_deadline_s
 
+    async def dispatch(
+        self,
+        ctx: RequestContext,
+        path: str,
+        body: bytes,
+        *,
+        deadline_s: float,
+        key: ApiKey | None = None,
+    ) -> UpstreamReply:
+        """The key's limits, then admission, then the dispatcher; raises `Refused` (429) when a
+        limit or the fleet's capacity says no. The key's lease and the admission slot are held
+        until the answer's last byte (for a stream, until its relay ends)."""
+        lease: KeyLease | None = None
+        if key is not None:
+            lease = self.key_limiter.acquire(key)
+        try:
+            ticket = await self.admission.admit(ctx.model, ctx.priority)
+        except BaseException:
+            if lease is not None:
+                lease.finish(0)
+            raise
+        try:
+            reply = await self.dispatcher.dispatch(ctx, path, body, deadline_s=deadline_s)
+        except BaseException:
+            ticket.release()
+            if lease is not None:
+                lease.finish(0)
+            raise
+
+        def ended(output_tokens: int) -> None:
+            ticket.release()
+            if lease is not None:
+                lease.finish(output_tokens)
+
+        if reply.chunks is None:
+            ended(reply.output_tokens)
+        else:
+            reply.chunks.on_end = ended
+        return reply
+
+    def room_of(self, model: str) -> FleetRoom | None:
+        """The concurrent requests the routable replicas of `model` sustain within the TPOT
+        target (capacity × TPOT, Little's law), and what other routers run on them."""
+        table = self.table.snapshot()
+        tpot_s = self.settings.scaled_tpot_s
+        capacity = 0.0
+        others = 0
+        for candidate in self.fleet.candidates(table):
+            replica, stats = candidate.replica, candidate.stats
+            if replica.model != model or replica.state is not ReplicaState.READY:
+                continue
+            if stats.circuit_open:
+                continue
+            capacity += stats.concurrency_capacity(tpot_s)
+            others += stats.others_in_flight()
+        return FleetRoom(capacity, others) if capacity > 0 else None
+
     def models(self) -> list[str]:
         """Models served by the current table, sorted."""
         return sorted(self.table.snapshot().models)
@@ -205,15 +278,14 @@ class RouterService:
 
     async def _follow_table(self) -> None:
         """Keep fleet state, estimator, breakers and metrics in step with table changes."""
-        previous: RoutingTable | None = None
         async for table in self.table.watch():
             self.fleet.sync(table)
-            if previous is not None:
-                live = {r.replica_id for r in table.replicas}
-                for gone in previous.replicas:
-                    if gone.replica_id not in live:
-                        self.estimator.forget(gone.replica_id)
-                        self.breakers.forget(gone.replica_id)
-                        self.metrics.forget(gone)
+            # Against the live set, not the previous table: versions in between may be skipped
+            # here while requests and scrapes already used them.
+            live = {r.replica_id for r in table.replicas}
+            self.estimator.forget_except(live)
+            self.breakers.forget_except(live)
+            self.metrics.forget_except(live)
+            self.upstream.forget_except({r.url for r in table.replicas})
+            self.admission.forget_models_except(set(table.models))
             log.info("routing table version %d: %d replicas", table.version, len(table.replicas))
-            previous = table

@@ -15,6 +15,7 @@ the half-open probe is out, so the routing filters keep other requests away.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -125,6 +126,11 @@ class CircuitBreakers:
 
     def forget(self, replica_id: str) -> None:
         self._circuits.pop(replica_id, None)
+
+    def forget_except(self, live_ids: Set[str]) -> None:
+        """Drop the circuits of replicas not in `live_ids` (the table's)."""
+        for replica_id in [r for r in self._circuits if r not in live_ids]:
+            del self._circuits[replica_id]
 
     def _circuit(self, replica_id: str) -> _Circuit:
         circuit = self._circuits.get(replica_id)

@@ -20,7 +20,7 @@ Contract of `Dispatcher.dispatch`:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -78,7 +78,8 @@ class DispatchSettings:
 class UpstreamReply:
     """The answer to relay: `status` and `headers` as the replica sent them, and either `body`
     (a whole answer) or `chunks` (SSE bytes as they arrive). Whoever gets a reply with chunks
-    must `aclose()` it once done, and at once when the client goes away."""
+    must `aclose()` it once done, and at once when the client goes away. `output_tokens` is
+    the whole answer's count (a stream's is passed to `StreamRelay.on_end` when it ends)."""
 
     status: int
     headers: Mapping[str, str]
@@ -86,6 +87,7 @@ class UpstreamReply:
     body: bytes | None = None
     chunks: StreamRelay | None = None
     retries: int = 0
+    output_tokens: int = 0
 
     async def aclose(self) -> None:
         if self.chunks is not None:
@@ -279,7 +281,9 @@ class Dispatcher:
                     response.release()
                     tokens = _completion_tokens(data) if response.status < 300 else 0
                     self._ledger.close(attempt, ok=True, output_tokens=tokens)
-                    return UpstreamReply(response.status, headers, replica, body=data)
+                    return UpstreamReply(
+                        response.status, headers, replica, body=data, output_tokens=tokens or 0
+                    )
                 first = await response.read_some()
                 if not first:
                     raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
@@ -317,10 +321,11 @@ class StreamRelay:
     the client asked for one, gives the exact count. A failure after the first chunk yields one
     last chunk holding the terminal error event. `aclose()` closes the upstream connection (so the
     replica aborts) unless the stream already ended; calling it more than once is harmless.
+    `on_end`, when set, is called once with the stream's output tokens when it ends, however.
     """
 
     __slots__ = ("_attempt", "_done", "_events", "_first", "_last", "_ledger", "_previous",
-                 "_response")  # fmt: skip
+                 "_response", "on_end")  # fmt: skip
 
     def __init__(
         self,
@@ -337,6 +342,7 @@ class StreamRelay:
         self._previous = b""
         self._last = first
         self._done = first.endswith(_DONE_EVENT)  # the [DONE] event has been yielded
+        self.on_end: Callable[[int], None] | None = None
 
     def __aiter__(self) -> StreamRelay:
         return self
@@ -361,11 +367,11 @@ class StreamRelay:
             data = await response.read_some()
         except TimeoutError:
             self._end(ok=False)
-            return _error_event(_deadline_error())
+            return error_event(_deadline_error())
         except UpstreamDisconnected:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
             self._end(ok=False, replica_failed=True)
-            return _error_event(
+            return error_event(
                 OrchestratorError(ErrorCode.UNAVAILABLE, "the replica failed mid-stream")
             )
         except BaseException:
@@ -397,6 +403,9 @@ class StreamRelay:
         self._ledger.close(
             self._attempt, ok=ok, output_tokens=tokens, replica_failed=replica_failed, stream=True
         )
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end(tokens)
 
 
 def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -422,7 +431,7 @@ def _deadline_error() -> OrchestratorError:
     )
 
 
-def _error_event(error: OrchestratorError) -> bytes:
+def error_event(error: OrchestratorError) -> bytes:
     """The terminal SSE events for a stream that cannot go on: an OpenAI error, then [DONE]."""
     _, body = openai_error(error)
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n" + _DONE_EVENT

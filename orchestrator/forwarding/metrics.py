@@ -3,11 +3,13 @@ retries, upstream errors, circuits and estimated capacity.
 
 Every family is registered on the `CollectorRegistry` passed in (nothing global), named
 `orchestrator_router_*`, and labelled only from: site, pool, generation, replica, code, frontend,
-profile, kind. Per-replica children are cached so the hot path does one dict lookup per metric.
+profile, kind, model. Per-replica children are cached so the hot path does one dict lookup per
+metric.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -46,8 +48,8 @@ class RouterMetrics:
         )
         self.decisions = Counter(
             "orchestrator_router_decisions_total",
-            "Routing decisions, by the primary replica's pool and generation and the profile.",
-            ["profile", "pool", "generation"],
+            "Routing decisions, by the primary replica's site, pool, generation and the profile.",
+            ["profile", "site", "pool", "generation"],
             registry=registry,
         )
         self.ttft = Histogram(
@@ -100,13 +102,22 @@ class RouterMetrics:
             ["site", "pool", "generation", "replica"],
             registry=registry,
         )
+        self.routable = Gauge(
+            "orchestrator_router_routable_replicas",
+            "Replicas of each model this router would route to now: ready, circuit closed.",
+            ["model"],
+            registry=registry,
+        )
         self._series: dict[str, ReplicaSeries] = {}
+        self._replicas: dict[str, Replica] = {}  # every replica with series here, by id
+        self._routable_models: set[str] = set()
         self._decisions: dict[tuple[str, str], Counter] = {}
 
     def series(self, replica: Replica) -> ReplicaSeries:
         """The per-replica children for `replica`, created on first use."""
         found = self._series.get(replica.replica_id)
         if found is None:
+            self._replicas[replica.replica_id] = replica
             pool, generation = replica.pool, replica.generation.value
             found = self._series[replica.replica_id] = ReplicaSeries(
                 in_flight=self.in_flight.labels(replica.replica_id),
@@ -121,13 +132,27 @@ class RouterMetrics:
         key = (profile, primary.replica_id)
         counter = self._decisions.get(key)
         if counter is None:
-            labels = (profile, primary.pool, primary.generation.value)
+            self._replicas[primary.replica_id] = primary
+            labels = (profile, primary.site, primary.pool, primary.generation.value)
             counter = self._decisions[key] = self.decisions.labels(*labels)
         counter.inc()
+
+    def count_routable(self, per_model: Mapping[str, int]) -> None:
+        """Set the routable replicas of each model; a model seen before and now absent reads 0,
+        so "no replica left" is a series at 0 rather than no series at all."""
+        self._routable_models.update(per_model)
+        for model in self._routable_models:
+            self.routable.labels(model).set(per_model.get(model, 0))
+
+    def forget_except(self, live_ids: Set[str]) -> None:
+        """Drop the per-replica series of every replica not in `live_ids` (the table's)."""
+        for replica_id in [r for r in self._replicas if r not in live_ids]:
+            self.forget(self._replicas[replica_id])
 
     def forget(self, replica: Replica) -> None:
         """Drop the per-replica series of a replica that left the table."""
         self._series.pop(replica.replica_id, None)
+        self._replicas.pop(replica.replica_id, None)
         for key in [key for key in self._decisions if key[1] == replica.replica_id]:
             del self._decisions[key]
         for family, labels in (

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from orchestrator.core.clock import Clock, MonotonicClock
-from orchestrator.core.records import Replica
+from orchestrator.core.records import Replica, ReplicaState
 from orchestrator.engines import adapter_for
 from orchestrator.forwarding.breaker import BreakerState, CircuitBreakers
 from orchestrator.forwarding.dispatcher import UpstreamErrorKind
@@ -75,7 +75,17 @@ class ReplicaScraper:
         """One round over every replica of the current table, concurrently."""
         replicas = self._table().replicas
         await asyncio.gather(*(self.scrape(replica) for replica in replicas))
+        self._metrics.count_routable(self._routable_per_model(replicas))
         self.rounds += 1
+
+    def _routable_per_model(self, replicas: Sequence[Replica]) -> dict[str, int]:
+        """Ready replicas with a closed circuit, per model (as `/ready` counts them)."""
+        counts = {replica.model: 0 for replica in replicas}
+        for replica in replicas:
+            stats = self._fleet.stats(replica.replica_id)
+            if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
+                counts[replica.model] += 1
+        return counts
 
     async def scrape(self, replica: Replica) -> None:
         """Health check, then load and capacity; updates the breaker, stats and gauges."""

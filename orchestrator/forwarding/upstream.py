@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
@@ -23,6 +24,8 @@ from orchestrator.forwarding.http1_connection import (
     UpstreamError,
     UpstreamResponse,
 )
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.http_tls import client_context
 
 __all__ = [
     "UpstreamConnectError",
@@ -44,12 +47,14 @@ class UpstreamSettings:
     replica; a request over the cap waits for a free connection (within its deadline). Idle
     connections do not count. `keepalive_s` is how long an idle connection is kept: below the
     5 s that vLLM's uvicorn keeps one, so the router closes idle connections before the replica
-    does and rarely reuses a half-closed one.
+    does and rarely reuses a half-closed one. `replica_tls` verifies `https` replicas (its CA;
+    None: the system's trust store) and, with a cert, presents that to them.
     """
 
     limit: int = 4096
     limit_per_host: int = 1024
     keepalive_s: float = 4.0
+    replica_tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         for name in ("limit", "limit_per_host"):
@@ -198,6 +203,19 @@ class UpstreamPool:
         if self._waiters:
             self._wake_waiter()
 
+    def forget_except(self, live_urls: Set[str]) -> None:
+        """Drop replicas that left the table: close their idle connections and, once nothing is
+        in flight to one, its entry (so the origins stay about as many as the table's)."""
+        for base_url in [u for u in self._origins if u not in live_urls]:
+            origin = self._origins[base_url]
+            while origin.idle:
+                origin.drop(origin.idle.pop())
+            if origin.in_flight == 0:
+                del self._origins[base_url]
+
+    def origins(self) -> int:
+        return len(self._origins)
+
     # -- internals -----------------------------------------------------------------------------
 
     async def _request(
@@ -311,7 +329,8 @@ class UpstreamPool:
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._tls is None:
-            self._tls = ssl.create_default_context()
+            tls = self.settings.replica_tls
+            self._tls = ssl.create_default_context() if tls is None else client_context(tls)
         return self._tls
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 from orchestrator.core.records import ReplicaLoad
@@ -210,3 +211,8 @@ class CapacityEstimator:
     def forget(self, replica_id: str) -> None:
         """Drop the history of a replica that left the table."""
         self._fits.pop(replica_id, None)
+
+    def forget_except(self, live_ids: Set[str]) -> None:
+        """Drop the history of every replica not in `live_ids`: one fit per table replica."""
+        for replica_id in [r for r in self._fits if r not in live_ids]:
+            del self._fits[replica_id]

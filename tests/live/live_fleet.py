@@ -81,6 +81,7 @@ def live_fleet(
     time_scale: float,
     profile: str = "capacity",
     prior_tokens_per_s: float | None = None,
+    router_args: Sequence[str] = (),
 ) -> Iterator[tuple[str, list[LiveReplica]]]:
     """Replicas (one process each) behind one router; yields the router URL and the replicas."""
     with contextlib.ExitStack() as stack:
@@ -114,6 +115,7 @@ def live_fleet(
         argv = [
             sys.executable, "-m", "orchestrator", "router", "--config", str(config),
             "--port", str(port), "--profile", profile, "--latency-scale", str(time_scale),
+            *router_args,
         ]  # fmt: skip
         stack.enter_context(started(argv, workdir / "router.log", f"{router}/ready"))
         yield router, replicas

@@ -113,7 +113,12 @@ def run_profile(
     capacities = {g: mix_capacity_tokens_per_s(g) for g in set(FLEET)}
     fleet_tokens_per_s = sum(capacities[g] for g in FLEET) / TIME_SCALE
     rate = LOAD * fleet_tokens_per_s / OUTPUT_TOKENS
-    with live_fleet(FLEET, workdir, time_scale=TIME_SCALE, profile=profile) as (router, replicas):
+    # The round-robin baseline shows what the profile does to the MI300X queues; with admission
+    # control on, the router would refuse the excess instead (tests/admission).
+    admission = ("--admission", "off") if profile == "round-robin" else ()
+    with live_fleet(
+        FLEET, workdir, time_scale=TIME_SCALE, profile=profile, router_args=admission
+    ) as (router, replicas):
 
         async def measured() -> tuple[dict[str, float], dict[str, float], list[float]]:
             load = asyncio.create_task(offer_load(router, rate))

@@ -10,7 +10,10 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 from router_harness import MODEL, RouterThread, wait_until
 
-ALLOWED_LABELS = {"site", "pool", "generation", "replica", "code", "frontend", "profile", "kind"}
+ALLOWED_LABELS = {
+    "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
+    "priority", "outcome", "key_id",
+}  # fmt: skip
 HISTOGRAM_LABELS = {"le"}
 
 

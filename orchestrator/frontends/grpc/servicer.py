@@ -4,13 +4,17 @@ A Generate call is one dispatcher call: the request becomes an OpenAI streaming 
 (`translate.py`), the dispatcher routes and forwards it, and the replica's SSE bytes come back as
 `GenerateResponse` messages. The deadline is the earlier of the router's and the client's. A client
 that cancels, or whose deadline passes, cancels this coroutine, which closes the upstream stream,
-so the replica aborts the request. Errors become status codes in `errors.py`, nowhere else.
+so the replica aborts the request. Errors become status codes in `errors.py`, nowhere else; a
+request refused by admission (RESOURCE_EXHAUSTED) carries a `retry-after` trailing metadata entry
+in whole seconds, as the HTTP `Retry-After` header does. A request with no priority gets the
+router's default class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Final, TypeAlias
@@ -19,6 +23,7 @@ import grpc
 
 from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
+from orchestrator.admission.errors import Refused
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.frontends.grpc.errors import error_from_reply, grpc_status
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 FRONTEND: Final = "grpc"
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["RouterService"].full_name
 OWNED_BY: Final = "orchestrator"
+RETRY_AFTER_KEY: Final = "retry-after"
 
 GenerateContext: TypeAlias = grpc.aio.ServicerContext[pb.GenerateRequest, pb.GenerateResponse]
 ListModelsContext: TypeAlias = grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse]
@@ -52,6 +58,8 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
                     yield message
         except OrchestratorError as error:
             code, details = grpc_status(error)
+            if isinstance(error, Refused):
+                context.set_trailing_metadata(((RETRY_AFTER_KEY, error.retry_after_header),))
             await context.abort(code, details)
         except asyncio.CancelledError:  # the client cancelled, or its deadline passed
             remaining_s = context.time_remaining()
@@ -78,8 +86,12 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
     ) -> AsyncGenerator[pb.GenerateResponse, None]:
         upstream = to_upstream(request)
         service = self._service
-        reply = await service.dispatcher.dispatch(
-            upstream.context, upstream.path, upstream.body, deadline_s=self._deadline_s(context)
+        ctx = upstream.context
+        default_priority = service.settings.admission.default_priority
+        if request.priority == pb.PRIORITY_UNSPECIFIED and ctx.priority is not default_priority:
+            ctx = dataclasses.replace(ctx, priority=default_priority)
+        reply = await service.dispatch(
+            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context)
         )
         try:
             replica = reply.replica

@@ -4,8 +4,10 @@ Routes: `POST /v1/chat/completions` and `POST /v1/completions` (routed, forwarde
 streamed back as the replica's SSE bytes), `GET /v1/models` (from the routing table), `GET /health`
 (the process is up), `GET /ready` (200 only while some replica is routable, else 503),
 `GET /metrics`. Every error is an OpenAI-style JSON body with the status of its canonical code
-(`core/openai_errors.py`); no traceback ever reaches a client. A client that goes away cancels
-its upstream request at once.
+(`core/openai_errors.py`); no traceback ever reaches a client; a 429 (a key's limit or the
+fleet's capacity, `admission/`) carries `Retry-After`. A client that goes away cancels its
+upstream request at once, and one that reads a stream too slowly (more than
+`stream_buffer_bytes` unread) has it cut with an error event, which cancels the upstream request.
 
 Hot path: one `json.loads` of the body, a handful of field checks, no validation models, no
 per-request sessions; the response body or stream bytes are passed through untouched. Served by
@@ -16,6 +18,7 @@ them off the socket and calls `OpenAiFrontend.forward` itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,9 +29,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
+from orchestrator.admission.errors import Refused
+from orchestrator.admission.keys import ApiKey
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
-from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
+from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply, error_event
 from orchestrator.frontends.http.auth import ApiKeys
 from orchestrator.frontends.http.context import request_context
 from orchestrator.router_service import RouterService
@@ -39,6 +44,10 @@ FRONTEND: Final = "http"
 CHAT_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_STREAM_BUFFER_BYTES: Final = 1024 * 1024
+RETRY_AFTER: Final = "Retry-After"
+CUT_EVENT_WAIT_S: Final = 1.0  # how long a cut stream's error event may wait to be buffered
+OVER_CAP_WAIT_S: Final = 1.0  # on aiohttp, how long a write may wait for a client past the cap
 REPLICA_HEADER: Final = "x-orchestrator-replica"
 CLIENT_CLOSED: Final = "499"  # the `code` label of a request whose client went away (nginx's)
 STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -54,23 +63,31 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
-    """`max_body_bytes` caps a request body; `api_keys` None means no authentication."""
+    """`max_body_bytes` caps a request body; `api_keys` None means no authentication;
+    `stream_buffer_bytes` caps a stream's bytes the client has not read yet (then it is cut)."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     api_keys: ApiKeys | None = None
+    stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
 
     def __post_init__(self) -> None:
-        if self.max_body_bytes < 1:
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"max_body_bytes must be >= 1, got {self.max_body_bytes}",
-                param="max_body_bytes",
-            )
+        for name in ("max_body_bytes", "stream_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"{name} must be >= 1, got {getattr(self, name)}",
+                    param=name,
+                )
 
 
 def error_response(error: OrchestratorError) -> web.Response:
     status, body = openai_error(error)
-    return web.json_response(body, status=status)
+    headers = {RETRY_AFTER: error.retry_after_header} if isinstance(error, Refused) else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+class StreamCut(Exception):
+    """The client fell more than the buffer cap behind a stream; it has been cut."""
 
 
 @web.middleware
@@ -133,20 +150,27 @@ class OpenAiFrontend:
 
     # -- completions, whatever the transport ----------------------------------------------------
 
-    def authorize(self, authorization: str | None) -> None:
-        """Raises UNAUTHENTICATED unless keys are off or `authorization` carries one."""
+    def authorize(self, authorization: str | None) -> ApiKey | None:
+        """The caller's key (None when keys are off); raises UNAUTHENTICATED without one."""
         keys = self.settings.api_keys
-        if keys is not None and not keys.check(authorization):
+        if keys is None:
+            return None
+        key = keys.authenticate(authorization)
+        if key is None:
             raise OrchestratorError(
                 ErrorCode.UNAUTHENTICATED,
                 "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
             )
+        return key
 
-    async def forward(self, path: str, headers: Mapping[str, str], raw: bytes) -> UpstreamReply:
+    async def forward(
+        self, path: str, headers: Mapping[str, str], raw: bytes, key: ApiKey | None = None
+    ) -> UpstreamReply:
         """Route and dispatch an authorized completion request whose body is within the limit.
 
         `path` is `CHAT_PATH` or `COMPLETIONS_PATH`; `headers` must answer lower-case names.
-        Raises `OrchestratorError` for a bad body, an unknown model or no replica.
+        Raises `OrchestratorError` for a bad body, an unknown model or no replica, `Refused`
+        (429) when `key`'s limits or the fleet's capacity refuse it.
         """
         try:
             body = json.loads(raw)
@@ -155,11 +179,26 @@ class OpenAiFrontend:
                 ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
             ) from None
         self._refresh_models()
-        ctx = request_context(
-            body, headers, chat=path == CHAT_PATH, default_model=self._default_model
-        )
         service = self._service
-        return await service.dispatcher.dispatch(ctx, path, raw, deadline_s=service.deadline_s())
+        ctx = request_context(
+            body,
+            headers,
+            chat=path == CHAT_PATH,
+            default_model=self._default_model,
+            default_priority=service.settings.admission.default_priority,
+        )
+        return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
+
+    def stream_cut(self, frontend: str = FRONTEND) -> bytes:
+        """Count a stream cut for a slow reader; the terminal event to send it."""
+        self._service.admission_metrics.streams_cut.labels(frontend).inc()
+        return error_event(
+            OrchestratorError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"the stream was cut: the client fell more than "
+                f"{self.settings.stream_buffer_bytes} bytes behind it",
+            )
+        )
 
     def count(self, code: str) -> None:
         """Count one answered request by its response code (`CLIENT_CLOSED` if the client left)."""
@@ -173,9 +212,9 @@ class OpenAiFrontend:
 
     async def _complete(self, request: web.Request, path: str) -> web.StreamResponse:
         try:
-            self.authorize(request.headers.get("Authorization"))
+            key = self.authorize(request.headers.get("Authorization"))
             raw = await self._read_body(request)
-            reply = await self.forward(path, request.headers, raw)
+            reply = await self.forward(path, request.headers, raw, key)
             if reply.chunks is None:
                 response: web.StreamResponse = web.Response(
                     body=reply.body,
@@ -198,7 +237,8 @@ class OpenAiFrontend:
     async def _relay(
         self, request: web.Request, reply: UpstreamReply, chunks: StreamRelay
     ) -> web.StreamResponse:
-        """Pass the replica's SSE bytes through as they arrive; stop upstream if the client left."""
+        """Pass the replica's SSE bytes through as they arrive; stop upstream if the client left
+        or fell more than the buffer cap behind (then the stream ends with an error event)."""
         response = web.StreamResponse(
             status=reply.status,
             headers={
@@ -207,11 +247,29 @@ class OpenAiFrontend:
                 REPLICA_HEADER: reply.replica.replica_id,
             },
         )
+        cap = self.settings.stream_buffer_bytes
         try:
             await response.prepare(request)
+            transport = request.transport
+            if transport is not None:  # pause (and so wait in write) only past the cap
+                transport.set_write_buffer_limits(high=cap)
             async for chunk in chunks:
-                await response.write(chunk)
+                if transport is not None and transport.get_write_buffer_size() > cap:
+                    raise StreamCut
+                try:  # a write waits only while the client is more than the cap behind
+                    async with asyncio.timeout(OVER_CAP_WAIT_S):
+                        await response.write(chunk)
+                except TimeoutError:
+                    raise StreamCut from None
             await response.write_eof()
+        except StreamCut:
+            await chunks.aclose()  # the replica stops now, whatever the client does
+            log.info("cut a stream from %s: the client reads too slowly", reply.replica.replica_id)
+            with contextlib.suppress(ConnectionResetError, TimeoutError):
+                async with asyncio.timeout(CUT_EVENT_WAIT_S):
+                    await response.write(self.stream_cut())
+            if request.transport is not None:
+                request.transport.abort()
         except ConnectionResetError:  # the client went away mid-stream
             log.debug("client left a stream from %s", reply.replica.replica_id)
         finally:
@@ -256,6 +314,8 @@ def build_app(service: RouterService, settings: HttpSettings | None = None) -> w
     """The router's web application; it starts and stops `service` with itself."""
     settings = settings or HttpSettings()
     frontend = OpenAiFrontend(service, settings)
+    if settings.api_keys is not None:
+        settings.api_keys.on_reload(service.key_limiter.forget_except)
     # The body limit is enforced in the handlers with an OpenAI error; aiohttp's own cap is a
     # backstop just above it.
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_body_bytes + 1)

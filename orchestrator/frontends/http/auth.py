@@ -1,53 +1,51 @@
-"""Optional API-key check for the HTTP frontend: `Authorization: Bearer <key>`.
+"""API keys for the HTTP frontend: `Authorization: Bearer <key>`.
 
-Keys come from a file (one per line; blank lines and `#` comments skipped) or from an environment
-variable (keys separated by commas or whitespace). Only SHA-256 digests are kept in memory, every
-stored digest is compared in constant time on each request, and keys never reach a log or an
-error message.
+Keys come from a keys file, followed on change (`admission/keys.py` has the format, with per-key
+limits), or from an environment variable (keys separated by commas or whitespace, no limits).
+Only SHA-256 digests are kept, a presented key is compared with every stored digest in constant
+time, and keys never reach a log, a metric or an error message (metrics use the key id).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from orchestrator.admission.keys import (
+    DEFAULT_RELOAD_INTERVAL_S,
+    ApiKey,
+    KeyFile,
+    KeyLimits,
+    KeyRing,
+    bearer_token,
+    digest_of,
+)
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-
-_BEARER = "bearer "
 
 
 class ApiKeys:
-    """The accepted keys; `check(authorization_header)` says whether a request may pass."""
+    """The accepted keys; `authenticate(authorization_header)` gives the matching key or None."""
 
     def __init__(self, keys: Iterable[str]) -> None:
-        self._digests = tuple(_digest(key) for key in keys if key)
-        if not self._digests:
+        ring = KeyRing(
+            ApiKey(f"key-{digest.hex()[:8]}", digest, KeyLimits())
+            for digest in (digest_of(key) for key in keys if key)
+        )
+        if not ring.keys:
             raise OrchestratorError(
                 ErrorCode.INVALID_ARGUMENT, "no API keys given", param="api_keys"
             )
+        self._ring = ring
+        self.file: KeyFile | None = None
 
     @classmethod
-    def from_file(cls, path: Path) -> ApiKeys:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeError) as error:
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"cannot read API keys file {path}: {getattr(error, 'strerror', None) or error}",
-                param="api_keys_file",
-            ) from None
-        keys = [line.strip() for line in text.splitlines()]
-        try:
-            return cls(key for key in keys if key and not key.startswith("#"))
-        except OrchestratorError:
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"API keys file {path} holds no keys",
-                param="api_keys_file",
-            ) from None
+    def from_file(cls, path: Path, reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S) -> ApiKeys:
+        """Keys (and their limits) from `path`, re-read when it changes."""
+        keys = cls.__new__(cls)
+        keys.file = KeyFile(path, reload_interval_s=reload_interval_s)
+        keys._ring = keys.file.ring()
+        return keys
 
     @classmethod
     def from_env(cls, name: str, environ: Mapping[str, str] | None = None) -> ApiKeys:
@@ -61,16 +59,19 @@ class ApiKeys:
                 param="api_keys_env",
             ) from None
 
+    def on_reload(self, forget_except: Callable[[set[str]], None]) -> None:
+        """Tell `forget_except` the key ids after each reload of the keys file."""
+        if self.file is not None:
+            self.file.on_reload = forget_except
+
+    def authenticate(self, authorization: str | None) -> ApiKey | None:
+        """The key the `Authorization` header carries, if it is an accepted one."""
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        ring = self._ring if self.file is None else self.file.ring()
+        return ring.match(token)
+
     def check(self, authorization: str | None) -> bool:
         """Whether the `Authorization` header carries an accepted bearer key."""
-        if authorization is None or authorization[: len(_BEARER)].lower() != _BEARER:
-            return False
-        presented = _digest(authorization[len(_BEARER) :].strip())
-        accepted = False
-        for digest in self._digests:
-            accepted |= hmac.compare_digest(digest, presented)
-        return accepted
-
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+        return self.authenticate(authorization) is not None

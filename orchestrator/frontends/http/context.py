@@ -128,8 +128,8 @@ def _optional_int(body: Mapping[str, Any], name: str) -> int | None:
     return value if value > 0 else None
 
 
-def _priority(body: Mapping[str, Any], headers: Mapping[str, str]) -> Priority:
-    """From the `x-priority` header, else the body's `priority` when it names one.
+def _priority(body: Mapping[str, Any], headers: Mapping[str, str], default: Priority) -> Priority:
+    """From the `x-priority` header, else the body's `priority` when it names one, else `default`.
 
     An integer body `priority` is vLLM's scheduling priority: the replica's, not routing's.
     """
@@ -139,7 +139,7 @@ def _priority(body: Mapping[str, Any], headers: Mapping[str, str]) -> Priority:
         raw = body.get("priority")
         param = "priority"
         if raw is None or (isinstance(raw, int) and not isinstance(raw, bool)):
-            return Priority.INTERACTIVE
+            return default
         if not isinstance(raw, str):
             raise _invalid(param, "`priority` must be `interactive`, `batch` or an integer")
     found = _PRIORITIES.get(raw.strip().lower())
@@ -154,11 +154,13 @@ def request_context(
     *,
     chat: bool,
     default_model: str | None,
+    default_priority: Priority = Priority.INTERACTIVE,
 ) -> RequestContext:
     """The routing view of a parsed chat or text completion body.
 
     `default_model` stands in when the body names none (the fleet serves one model); with no
-    default, a missing model is an error. Raises INVALID_ARGUMENT naming the field.
+    default, a missing model is an error. `default_priority` is the class of a request that
+    names none. Raises INVALID_ARGUMENT naming the field.
     """
     if not isinstance(body, dict):
         raise _invalid("body", "the request body must be a JSON object")
@@ -186,6 +188,6 @@ def request_context(
         max_tokens=max_tokens,
         stream=bool(stream),
         prefix_hash=prefix,
-        priority=_priority(body, headers),
+        priority=_priority(body, headers, default_priority),
         client_site=site.strip() or None if site is not None else None,
     )

@@ -12,7 +12,9 @@ request handler for good, so every unusual case keeps aiohttp's behaviour and er
 
 Contracts kept from the aiohttp handlers: the replica's body or SSE bytes pass unchanged (a
 stream is re-framed in chunked coding only), the same headers and status, the same error bodies,
-a client that goes away cancels its request (and so its upstream request), and every request is
+a client that goes away cancels its request (and so its upstream request), a client more than
+`stream_buffer_bytes` behind a stream has it cut (an error event, then the connection closes,
+and the upstream request is cancelled), a 429 carries `Retry-After`, and every request is
 counted once by its code.
 """
 
@@ -31,6 +33,7 @@ from typing import Final, cast
 
 from aiohttp import web
 
+from orchestrator.admission.errors import Refused
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
 from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
@@ -40,6 +43,7 @@ from orchestrator.frontends.http.app import (
     COMPLETIONS_PATH,
     OPENAI_FRONTEND,
     REPLICA_HEADER,
+    RETRY_AFTER,
     STREAM_HEADERS,
     OpenAiFrontend,
 )
@@ -50,6 +54,8 @@ MAX_HEAD_BYTES: Final = 16 * 1024  # a longer head goes to aiohttp, which answer
 KEEPALIVE_S: Final = 75.0  # an idle client connection is closed after this long (as aiohttp's)
 SHUTDOWN_GRACE_S: Final = 60.0  # answers in progress may finish within this at shutdown (same)
 _SWEEP_EVERY_S: Final = 15.0
+CUT_GRACE_S: Final = 5.0  # a cut stream's connection is aborted if its client has not read by then
+MAX_REPLICA_FIELDS: Final = 4096  # header lines kept per replica id (then the cache starts over)
 _REQUEST_LINES: Final = {
     b"POST " + COMPLETIONS_PATH.encode() + b" HTTP/1.1": COMPLETIONS_PATH,
     b"POST " + CHAT_PATH.encode() + b" HTTP/1.1": CHAT_PATH,
@@ -71,6 +77,7 @@ class FastLane:
         self.frontend = frontend
         self.fallback = fallback
         self.max_body_bytes = frontend.settings.max_body_bytes
+        self.stream_buffer_bytes = frontend.settings.stream_buffer_bytes
         self.connections: set[FastLaneConnection] = set()
         self._sweep: asyncio.TimerHandle | None = None
         self._date_s = -1
@@ -103,6 +110,8 @@ class FastLane:
     def replica_field(self, replica_id: str) -> bytes:
         field = self._replica_fields.get(replica_id)
         if field is None:
+            if len(self._replica_fields) >= MAX_REPLICA_FIELDS:
+                self._replica_fields.clear()
             field = _field(REPLICA_HEADER, replica_id)
             self._replica_fields[replica_id] = field
         return field
@@ -180,8 +189,6 @@ class FastLaneConnection(asyncio.Protocol):
         self._closing = False
         self._answering = False  # bytes of the current answer have been written
         self._reading_paused = False
-        self._writing_paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._idle_since_s = 0.0
 
@@ -220,17 +227,7 @@ class FastLaneConnection(asyncio.Protocol):
         self._lane.connections.discard(self)
         if self._task is not None:
             self._task.cancel()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(ConnectionResetError("the client closed the connection"))
         self._finished()
-
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
 
     # -- for the lane --------------------------------------------------------------------------
 
@@ -315,8 +312,8 @@ class FastLaneConnection(asyncio.Protocol):
         frontend = self._lane.frontend
         try:
             try:
-                frontend.authorize(request.headers.get("authorization"))
-                reply = await frontend.forward(request.path, request.headers, raw)
+                key = frontend.authorize(request.headers.get("authorization"))
+                reply = await frontend.forward(request.path, request.headers, raw, key)
                 if reply.chunks is None:
                     status = self._write_whole(reply, request.keep_alive)
                 else:
@@ -372,9 +369,11 @@ class FastLaneConnection(asyncio.Protocol):
     def _write_error(self, error: OrchestratorError, keep_alive: bool) -> int:
         status, answer = openai_error(error)
         body = json.dumps(answer).encode()
-        head = (
-            _status_line(status)
-            + b"Content-Type: application/json; charset=utf-8\r\n"
+        head = _status_line(status)
+        if isinstance(error, Refused):
+            head += _field(RETRY_AFTER, error.retry_after_header)
+        head += (
+            b"Content-Type: application/json; charset=utf-8\r\n"
             + b"Content-Length: %d\r\n" % len(body)
             + self._end_of_head(keep_alive)
         )
@@ -382,7 +381,12 @@ class FastLaneConnection(asyncio.Protocol):
         return status
 
     async def _relay(self, reply: UpstreamReply, chunks: StreamRelay, keep_alive: bool) -> int:
-        """The replica's SSE bytes as they arrive, each read passed on as one HTTP chunk."""
+        """The replica's SSE bytes as they arrive, each read passed on as one HTTP chunk.
+
+        Nothing waits for a slow client: its unread bytes build up in the transport until they
+        pass the cap, and then the stream is cut: the upstream request
+        is cancelled, an error event and the last chunk are queued, and the connection closes
+        (aborted after `CUT_GRACE_S` if the client still has not read them)."""
         head = _status_line(reply.status) + self._lane.replica_field(reply.replica.replica_id)
         for name, value in reply.headers.items():
             head += _field(name, value)
@@ -397,13 +401,28 @@ class FastLaneConnection(asyncio.Protocol):
                     data += _LAST_CHUNK
                     ended = True
                 self._write(data)
-                if self._writing_paused:
-                    await self._drained()
+                if not ended and self._behind() > self._lane.stream_buffer_bytes:
+                    await chunks.aclose()
+                    self._cut()
+                    return reply.status
             if not ended:
                 self._write(pending + _LAST_CHUNK)
         finally:
             await chunks.aclose()
         return reply.status
+
+    def _behind(self) -> int:
+        """Bytes written to this client that it has not read yet (held in the transport)."""
+        transport = self._transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
+    def _cut(self) -> None:
+        """End a stream whose client fell behind: error event, last chunk, close."""
+        event = self._lane.frontend.stream_cut()
+        self._write(b"%x\r\n" % len(event) + event + b"\r\n" + _LAST_CHUNK)
+        self._closing = True
+        log.info("cut a stream: the client reads too slowly")
+        asyncio.get_running_loop().call_later(CUT_GRACE_S, self.abort)
 
     def _end_of_head(self, keep_alive: bool) -> bytes:
         date = self._lane.date_field()
@@ -417,13 +436,6 @@ class FastLaneConnection(asyncio.Protocol):
             raise ConnectionResetError("the client closed the connection")
         self._answering = True
         transport.write(data)
-
-    async def _drained(self) -> None:
-        self._drain = asyncio.get_running_loop().create_future()
-        try:
-            await self._drain
-        finally:
-            self._drain = None
 
     def _close(self) -> None:
         transport = self._transport

@@ -1,0 +1,244 @@
+"""Admission against capacity, in one event loop with a room the test sets: admit while there is
+room, queue briefly in priority order, refuse at once (with a retry hint) what cannot be served
+within the queue timeout, and never hold a request past that timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from orchestrator.admission.controller import (
+    MIN_DEQUEUES,
+    UNLIMITED,
+    AdmissionController,
+    FleetRoom,
+    Ticket,
+)
+from orchestrator.admission.errors import Refused
+from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.routing.context import Priority
+
+MODEL = "m"
+INTERACTIVE, BATCH = Priority.INTERACTIVE, Priority.BATCH
+
+
+class Room:
+    """The fleet's room as a test sets it."""
+
+    def __init__(self, capacity: float, others: int = 0) -> None:
+        self.capacity = capacity
+        self.others = others
+
+    def __call__(self, model: str) -> FleetRoom | None:
+        if model != MODEL or self.capacity <= 0:
+            return None
+        return FleetRoom(self.capacity, self.others)
+
+
+def controller(room: Room, **settings: Any) -> AdmissionController:
+    return AdmissionController(AdmissionSettings(**settings), room)
+
+
+def run(coroutine: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coroutine)
+
+
+def test_admits_up_to_the_capacity_then_queues_and_a_release_admits_the_next() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(2), queue_timeout_s=5.0)
+        first = await gate.admit(MODEL, INTERACTIVE)
+        await gate.admit(MODEL, INTERACTIVE)
+        # No request has finished yet: nothing says how long a wait would be, so refuse now.
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, INTERACTIVE)
+        first.release()  # a finished request: from now on waits are predicted from hold times
+        await gate.admit(MODEL, INTERACTIVE)
+        waiting = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and gate.queued() == 1
+        first_again = gate.active()
+        (await _any_ticket(gate)).release()
+        ticket = await asyncio.wait_for(waiting, 1.0)
+        assert isinstance(ticket, Ticket) and gate.active() == first_again
+        assert gate.queued() == 0
+
+    run(scenario())
+
+
+async def _any_ticket(gate: AdmissionController) -> Ticket:
+    """A ticket for a slot already counted: releasing it frees one slot."""
+    lane = gate._lanes[MODEL]
+    return Ticket(gate, lane, asyncio.get_running_loop().time())
+
+
+def test_a_request_that_waits_past_the_queue_timeout_gets_429_then_not_later() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(1), queue_timeout_s=0.3)
+        held = await gate.admit(MODEL, INTERACTIVE)
+        held.release()
+        await gate.admit(MODEL, INTERACTIVE)  # the one slot, held for good
+        gate._lanes[MODEL].hold_s = 0.01  # finished requests said waits are short
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            await gate.admit(MODEL, INTERACTIVE)
+        waited = time.monotonic() - started
+        assert 0.25 <= waited < 5.0  # the timeout, not forever
+        assert refused.value.reason == "refused_timeout"
+        assert refused.value.code is ErrorCode.RESOURCE_EXHAUSTED
+        assert int(refused.value.retry_after_header) >= 1
+        assert gate.queued() == 0
+
+    run(scenario())
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(1), queue_timeout_s=30.0, max_queue=2)
+        (await gate.admit(MODEL, INTERACTIVE)).release()
+        await gate.admit(MODEL, INTERACTIVE)
+        gate._lanes[MODEL].hold_s = 0.001
+        waiters = [asyncio.create_task(gate.admit(MODEL, INTERACTIVE)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            await gate.admit(MODEL, INTERACTIVE)
+        assert time.monotonic() - started < 1.0
+        assert refused.value.reason == "refused_queue_full"
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        assert gate.queued() == 0
+
+    run(scenario())
+
+
+def test_a_wait_predicted_past_the_timeout_is_refused_at_once() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(1), queue_timeout_s=1.0)
+        (await gate.admit(MODEL, INTERACTIVE)).release()
+        await gate.admit(MODEL, INTERACTIVE)
+        lane = gate._lanes[MODEL]
+        now = asyncio.get_running_loop().time()
+        lane.served.extend(now - 1.9 + 0.1 * i for i in range(MIN_DEQUEUES))  # 10 served/s
+        first = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))  # predicted 0.1 s: it may wait
+        await asyncio.sleep(0.01)
+        assert not first.done()
+        queued = [asyncio.create_task(gate.admit(MODEL, INTERACTIVE)) for _ in range(4)]
+        await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:  # predicted 0.6 s: refused now
+            await gate.admit(MODEL, INTERACTIVE)
+        assert time.monotonic() - started < 0.5
+        assert refused.value.reason == "refused_wait"
+        assert refused.value.retry_after_s >= 0.5
+        assert not any(task.done() for task in queued)  # predicted 0.2 to 0.5 s: they wait
+
+    run(scenario())
+
+
+def test_interactive_is_served_before_batch_and_batch_leaves_the_reserve() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(10), queue_timeout_s=5.0, batch_reserve=0.2)
+        tickets = [await gate.admit(MODEL, BATCH) for _ in range(8)]  # batch stops at 80%
+        tickets[0].release()
+        tickets[0] = await gate.admit(MODEL, BATCH)
+        gate._lanes[MODEL].hold_s = 0.01
+        batch_waiter = asyncio.create_task(gate.admit(MODEL, BATCH))
+        await asyncio.sleep(0.01)
+        assert not batch_waiter.done()  # 8 of 10 in use: batch waits ...
+        tickets.append(await gate.admit(MODEL, INTERACTIVE))  # ... interactive finds room at once
+        tickets.append(await gate.admit(MODEL, INTERACTIVE))
+        interactive_waiter = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(0.01)
+        assert not interactive_waiter.done()
+        tickets.pop().release()  # one slot: the interactive waiter, queued later, gets it
+        await asyncio.wait_for(interactive_waiter, 1.0)
+        assert not batch_waiter.done()
+        for ticket in tickets[:3]:
+            ticket.release()
+        await asyncio.wait_for(batch_waiter, 1.0)
+
+    run(scenario())
+
+
+def test_an_interactive_request_displaces_a_queued_batch_one_when_the_queue_is_full() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(1), queue_timeout_s=30.0, max_queue=1, batch_reserve=0.0)
+        (await gate.admit(MODEL, INTERACTIVE)).release()
+        held = await gate.admit(MODEL, INTERACTIVE)
+        gate._lanes[MODEL].hold_s = 0.001
+        batch_waiter = asyncio.create_task(gate.admit(MODEL, BATCH))
+        await asyncio.sleep(0.01)
+        interactive_waiter = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(0.01)
+        with pytest.raises(Refused) as refused:
+            await asyncio.wait_for(batch_waiter, 1.0)
+        assert refused.value.reason == "refused_displaced"
+        held.release()
+        await asyncio.wait_for(interactive_waiter, 1.0)
+
+    run(scenario())
+
+
+def test_other_routers_load_takes_room() -> None:
+    async def scenario() -> None:
+        room = Room(4, others=3)
+        gate = controller(room, queue_timeout_s=5.0)
+        await gate.admit(MODEL, INTERACTIVE)  # 4 - 3 = 1 slot
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, INTERACTIVE)
+
+    run(scenario())
+
+
+def test_off_switch_no_capacity_and_unknown_models_admit_everything() -> None:
+    async def scenario() -> None:
+        off = controller(Room(1), enabled=False)
+        assert all([await off.admit(MODEL, INTERACTIVE) is UNLIMITED for _ in range(50)])
+        dark = controller(Room(0))  # no routable replica: the dispatcher answers 503
+        assert await dark.admit(MODEL, INTERACTIVE) is UNLIMITED
+        assert await controller(Room(1)).admit("other-model", INTERACTIVE) is UNLIMITED
+
+    run(scenario())
+
+
+def test_a_cancelled_waiter_leaves_the_queue_and_a_double_release_counts_once() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(1), queue_timeout_s=30.0)
+        (await gate.admit(MODEL, INTERACTIVE)).release()
+        held = await gate.admit(MODEL, INTERACTIVE)
+        gate._lanes[MODEL].hold_s = 0.001
+        waiter = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        assert gate.queued() == 0
+        held.release()
+        held.release()
+        assert gate.active() == 0
+
+    run(scenario())
+
+
+def test_lanes_are_bounded_by_the_models_served() -> None:
+    async def scenario() -> None:
+        gate = controller(Room(4))
+        (await gate.admit(MODEL, INTERACTIVE)).release()
+        assert gate.lanes() == 1
+        gate.forget_models_except(set())
+        assert gate.lanes() == 0
+
+    run(scenario())
+
+
+def test_settings_reject_nonsense_naming_the_field() -> None:
+    for field, value in (("max_queue", -1), ("queue_timeout_s", -1.0), ("batch_reserve", 1.0),
+                         ("capacity_factor", 0.0)):  # fmt: skip
+        with pytest.raises(OrchestratorError) as error:
+            AdmissionSettings(**{field: value})
+        assert error.value.param == field
