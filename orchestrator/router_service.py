@@ -3,7 +3,7 @@ admission control, per-key limits, dispatcher, scraper, capacity estimator and m
 and stopped together.
 
 The HTTP frontend and the gRPC frontend both call `RouterService.dispatch` (limits, admission,
-then the dispatcher); neither owns state.
+then the dispatcher) and both authenticate through `api_keys`; neither owns state.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from orchestrator.admission.controller import AdmissionController, FleetRoom
-from orchestrator.admission.keys import ApiKey
+from orchestrator.admission.keys import ApiKey, KeyAuthority
 from orchestrator.admission.limits import KeyLease, KeyLimiter
 from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
@@ -161,6 +161,7 @@ class RouterService:
             latency_scale=self.settings.latency_scale,
         )
         self.key_limiter = KeyLimiter(self.admission_metrics)
+        self.api_keys: KeyAuthority | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -201,6 +202,13 @@ class RouterService:
 
     async def __aexit__(self, *_: object) -> None:
         await self.stop()
+
+    def use_api_keys(self, keys: KeyAuthority | None) -> None:
+        """Require `keys` on every frontend (None: no keys); one limiter state per key, shared by
+        HTTP and gRPC, and a reload drops the state of keys that left."""
+        self.api_keys = keys
+        if keys is not None:
+            keys.on_reload(self.key_limiter.forget_except)
 
     def deadline_s(self) -> float:
         """The absolute deadline (dispatcher clock) of a request that arrives now."""

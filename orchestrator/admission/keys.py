@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 
@@ -148,6 +148,22 @@ class KeyRing:
             if hmac.compare_digest(key.digest, digest):
                 found = key
         return found
+
+
+class KeyAuthority(Protocol):
+    """The keys a router requires, whatever the transport (the HTTP frontend's `ApiKeys`).
+
+    Both frontends authenticate through the one instance their `RouterService` holds, so a key
+    is checked, reloaded and limited the same way over HTTP and gRPC.
+    """
+
+    def authenticate(self, authorization: str | None) -> ApiKey | None:
+        """The accepted key an `Authorization: Bearer <key>` value carries, or None."""
+        ...
+
+    def on_reload(self, forget_except: Callable[[set[str]], None]) -> None:
+        """Tell `forget_except` the key ids after each reload (to drop state of keys that left)."""
+        ...
 
 
 def bearer_token(authorization: str | None) -> str | None:

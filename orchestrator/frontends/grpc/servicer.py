@@ -7,7 +7,8 @@ that cancels, or whose deadline passes, cancels this coroutine, which closes the
 so the replica aborts the request. Errors become status codes in `errors.py`, nowhere else; a
 request refused by admission (RESOURCE_EXHAUSTED) carries a `retry-after` trailing metadata entry
 in whole seconds, as the HTTP `Retry-After` header does. A request with no priority gets the
-router's default class.
+router's default class. When the router requires API keys, every call must carry one (`auth.py`);
+Generate counts against that key's limits, the same state HTTP requests with it count against.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grp
 from orchestrator.admission.errors import Refused
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.dispatcher import UpstreamReply
+from orchestrator.frontends.grpc.auth import caller_key
 from orchestrator.frontends.grpc.errors import error_from_reply, grpc_status
 from orchestrator.frontends.grpc.translate import ResponseStream, to_upstream
 from orchestrator.router_service import RouterService
@@ -76,6 +78,12 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
     async def ListModels(
         self, request: pb.ListModelsRequest, context: ListModelsContext
     ) -> pb.ListModelsResponse:
+        try:
+            caller_key(self._service.api_keys, context.invocation_metadata())
+        except OrchestratorError as error:
+            code, details = grpc_status(error)
+            self._count(code)
+            await context.abort(code, details)
         self._count(grpc.StatusCode.OK)
         return pb.ListModelsResponse(
             models=[pb.Model(id=model, owned_by=OWNED_BY) for model in self._service.models()]
@@ -84,14 +92,15 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
     async def _generate(
         self, request: pb.GenerateRequest, context: GenerateContext
     ) -> AsyncGenerator[pb.GenerateResponse, None]:
-        upstream = to_upstream(request)
         service = self._service
+        key = caller_key(service.api_keys, context.invocation_metadata())
+        upstream = to_upstream(request)
         ctx = upstream.context
         default_priority = service.settings.admission.default_priority
         if request.priority == pb.PRIORITY_UNSPECIFIED and ctx.priority is not default_priority:
             ctx = dataclasses.replace(ctx, priority=default_priority)
         reply = await service.dispatch(
-            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context)
+            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context), key=key
         )
         try:
             replica = reply.replica

@@ -314,8 +314,7 @@ def build_app(service: RouterService, settings: HttpSettings | None = None) -> w
     """The router's web application; it starts and stops `service` with itself."""
     settings = settings or HttpSettings()
     frontend = OpenAiFrontend(service, settings)
-    if settings.api_keys is not None:
-        settings.api_keys.on_reload(service.key_limiter.forget_except)
+    service.use_api_keys(settings.api_keys)  # the gRPC front end checks the same keys
     # The body limit is enforced in the handlers with an OpenAI error; aiohttp's own cap is a
     # backstop just above it.
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_body_bytes + 1)

@@ -3,7 +3,9 @@
 Keys come from a keys file, followed on change (`admission/keys.py` has the format, with per-key
 limits), or from an environment variable (keys separated by commas or whitespace, no limits).
 Only SHA-256 digests are kept, a presented key is compared with every stored digest in constant
-time, and keys never reach a log, a metric or an error message (metrics use the key id).
+time, and keys never reach a log, a metric or an error message (metrics use the key id). An
+`ApiKeys` is the router's `KeyAuthority`: given to `RouterService.use_api_keys`, the gRPC frontend
+checks the same keys (as `authorization` metadata) with the same reloads and per-key limits.
 """
 
 from __future__ import annotations
