@@ -9,12 +9,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.cli import bench, exporter, fault
+from orchestrator.cli import bench, exporter, fault, tls
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
 if TYPE_CHECKING:
     from orchestrator.config import OrchestratorConfig
+    from orchestrator.security.files import TlsFiles
     from orchestrator.up.admin import ControlPlaneClient
 
 EXIT_USAGE = 2
@@ -128,12 +129,19 @@ def _positive_int(raw: str) -> int:
 def cmd_router(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from orchestrator.cli import router_limits
+    from orchestrator.forwarding.upstream import UpstreamSettings
     from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
     from orchestrator.frontends.http.server import Listen, serve
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
 
-    settings = RouterSettings(latency_scale=args.latency_scale)
+    settings = RouterSettings(
+        latency_scale=args.latency_scale,
+        upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
+        admission=router_limits.admission_settings(args),
+    )
+    server_tls = tls.server_files(args)
     if args.control_plane is not None and args.workers > 1:
         raise OrchestratorError(
             ErrorCode.INVALID_ARGUMENT,
@@ -152,14 +160,20 @@ def cmd_router(args: argparse.Namespace) -> int:
         keys = ApiKeys.from_file(Path(args.api_keys_file))
     elif args.api_keys_env is not None:
         keys = ApiKeys.from_env(args.api_keys_env)
-    http = HttpSettings(max_body_bytes=args.max_body_bytes, api_keys=keys)
+    http = HttpSettings(
+        max_body_bytes=args.max_body_bytes,
+        api_keys=keys,
+        stream_buffer_bytes=args.stream_buffer_bytes,
+    )
     companions = []
     if args.grpc_port:
         from functools import partial
 
         from orchestrator.frontends.grpc.server import grpc_serving
 
-        companions.append(partial(grpc_serving, host=args.host, port=args.grpc_port))
+        companions.append(
+            partial(grpc_serving, host=args.host, port=args.grpc_port, tls=server_tls)
+        )
     if args.control_plane is not None:
         from orchestrator.up.follow import serve_following
 
@@ -171,8 +185,10 @@ def cmd_router(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             companions=companions,
+            tls=server_tls,
+            control_plane_tls=tls.client_files(args, "control-plane"),
         )
-    listen = Listen(args.host, args.port, args.workers)
+    listen = Listen(args.host, args.port, args.workers, server_tls)
     return serve(config, http, listen, args.log_level, companions=companions)
 
 
@@ -209,6 +225,15 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--workers", type=_positive_int, default=1,
         help="worker processes sharing the port with SO_REUSEPORT (default 1)",
     )  # fmt: skip
+    tls.add_server_flags(
+        router, what="the HTTP and gRPC APIs",
+        client_ca_help="require client certificates signed by this CA (mutual TLS)",
+    )  # fmt: skip
+    tls.add_client_flags(router, "control-plane", what="the control plane")
+    tls.add_client_flags(router, "replica", what="https:// replicas")
+    from orchestrator.cli import router_limits
+
+    router_limits.add_flags(router)
     router.set_defaults(handler=cmd_router)
 
 
@@ -220,17 +245,44 @@ def _stack_config(args: argparse.Namespace) -> OrchestratorConfig:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from orchestrator.monitoring.embedded import PrometheusRequest
     from orchestrator.up.stack import run_up
 
-    return run_up(_stack_config(args), host=args.host)
+    prometheus = (
+        PrometheusRequest(args.prometheus_port, args.prometheus_max_for)
+        if args.prometheus
+        else None
+    )
+    return run_up(_stack_config(args), host=args.host, prometheus=prometheus)
 
 
 def cmd_control_plane(args: argparse.Namespace) -> int:
     from orchestrator.up.stack import run_control_plane
 
+    config = _with_replica_tls(_stack_config(args), tls.client_files(args, "replica"))
     return run_control_plane(
-        _stack_config(args), ray_address=args.ray_address, host=args.host, port=args.port
+        config,
+        ray_address=args.ray_address,
+        host=args.host,
+        port=args.port,
+        tls=tls.server_files(args, client_ca_required=True, config=config.control_plane.tls),
+        sd_port=config.control_plane.http_sd_port if args.sd_port is None else args.sd_port,
     )
+
+
+def _with_replica_tls(config: OrchestratorConfig, files: TlsFiles | None) -> OrchestratorConfig:
+    """`config` with `--replica-tls-*` (already read once, so a bad path fails at start) in place
+    of its `controlPlane.replicaTls`: the external replicas' health checks use them."""
+    from orchestrator.config.schema import ClientTlsSpec
+
+    if files is None:
+        return config
+    paths = {"caFile": files.ca, "certFile": files.cert, "keyFile": files.key}
+    spec = ClientTlsSpec.model_validate(
+        {name: str(path) for name, path in paths.items() if path is not None}
+    )
+    control_plane = config.control_plane.model_copy(update={"replica_tls": spec})
+    return config.model_copy(update={"control_plane": control_plane})
 
 
 def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argparse.Namespace], int]:
@@ -241,7 +293,10 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
         from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable
 
         try:
-            print(command(ControlPlaneClient(args.control_plane)))
+            client = ControlPlaneClient(
+                args.control_plane, tls=tls.client_files(args, "control-plane")
+            )
+            print(command(client))
         except ControlPlaneUnreachable as error:
             print(f"orchestrator: error: {error}", file=sys.stderr)
             return EXIT_FAILURE
@@ -292,6 +347,19 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     up.add_argument("--config", help="orchestrator config (default: the built-in one)")
     up.add_argument("--host", default="127.0.0.1", help="router address (default 127.0.0.1)")
+    up.add_argument(
+        "--prometheus", action="store_true",
+        help="also run a local Prometheus (/usr/bin/prometheus) with the alert and recording "
+        "rules, scraping the router, the engines and the exporters",
+    )  # fmt: skip
+    up.add_argument(
+        "--prometheus-port", type=_port, default=9090,
+        help="Prometheus port on 127.0.0.1 (default 9090; 0 picks one)",
+    )  # fmt: skip
+    up.add_argument(
+        "--prometheus-max-for", type=_positive_float, default=None, metavar="SECONDS",
+        help="cap every alert's for: duration (demos and tests; default: as shipped)",
+    )  # fmt: skip
     up.set_defaults(handler=cmd_up)
 
     control_plane = commands.add_parser(
@@ -307,6 +375,17 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     control_plane.add_argument(
         "--port", type=_port, default=None, help="gRPC port (default: controlPlane.grpcPort)"
     )
+    control_plane.add_argument(
+        "--sd-port", type=_port, default=None,
+        help="serve the engines' Prometheus HTTP service discovery (GET /sd/engines) on --host at "
+        "this port, over the same TLS as gRPC (default: controlPlane.httpSdPort; unset: none)",
+    )  # fmt: skip
+    tls.add_server_flags(
+        control_plane, what="the ControlPlane API",
+        client_ca_help="CA that signs the routers' and operators' client certificates "
+        "(required with --tls-cert: the control plane serves mutual TLS only)",
+    )  # fmt: skip
+    tls.add_client_flags(control_plane, "replica", what="https:// external replicas")
     control_plane.set_defaults(handler=cmd_control_plane)
 
     def operator(name: str, text: str) -> argparse.ArgumentParser:
@@ -315,6 +394,7 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
             "--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT",
             help=f"control plane gRPC address (default {DEFAULT_CONTROL_PLANE})",
         )  # fmt: skip
+        tls.add_client_flags(parser, "control-plane", what="the control plane")
         return parser
 
     status = operator("status", "sites, pools and replicas: generation, state, capacity, load")

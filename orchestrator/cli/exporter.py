@@ -134,8 +134,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also evaluate this node's fabric health and report it there (ReportNodeHealth)",
     )  # fmt: skip
     exporter.add_argument(
-        "--report-as", default=None, metavar="NODE_ID",
-        help="the node name replicas register with (their Ray node id); default --node",
+        "--report-as", default=None, metavar="NODE",
+        help="report health under this name: a Ray node id, or the Kubernetes node name its "
+        "Ray workers carry as label k8s-node (default --node)",
     )  # fmt: skip
     tls.add_client_flags(exporter, "control-plane", what="the control plane")
     exporter.set_defaults(handler=cmd_exporter)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orchestrator.config.defaults import default_config, default_config_text
 from orchestrator.config.errors import ConfigError, ConfigProblem
+from orchestrator.config.fabric_health import FabricHealthSpec
 from orchestrator.config.loader import dump_config, load_config, parse_config, validate_config
 from orchestrator.config.schema import (
     API_VERSION,
@@ -25,6 +26,7 @@ __all__ = [
     "ConfigProblem",
     "ControlPlaneSpec",
     "ExportersSpec",
+    "FabricHealthSpec",
     "OrchestratorConfig",
     "PoolSpec",
     "RouterSpec",

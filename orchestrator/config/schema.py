@@ -13,8 +13,11 @@
       - {name: us-legacy, site: us, generation: MI300X, engine: external,
          endpoints: ["http://10.1.0.9:8000"]}
     router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10}
-    controlPlane: {grpcPort: 50052}
+    controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
+                                          # httpSdPort: engines' Prometheus HTTP SD;
+                                          # replicaTls: {caFile, certFile, keyFile} (checks)
     exporters: {port: 9400}
+    fabricHealth: {holdDownS: 5}          # thresholds of node health (config/fabric_health.py)
 
 What is checked, beyond types (every check names the field, and lists the allowed values):
 - unknown keys anywhere; names of sites and pools are DNS labels (they become Ray and K8s labels);
@@ -23,7 +26,8 @@ What is checked, beyond types (every check names the field, and lists the allowe
   when given both ways; every pair of sites has an RTT in at least one direction;
 - pools have unique names and name a known site; `replicas` (>= 0) is required for the engines the
   control plane starts (sim, vllm, sglang) and refused for `external`, which is sized by its
-  `endpoints` (or by Kubernetes discovery through `selector`); `timeScale` is for `sim` only;
+  `endpoints` (or by Kubernetes discovery through `selector`, with the pods' serving `port`,
+  default 8000); `timeScale` is for `sim` only;
   `engineArgs` is not for `external`; no endpoint appears twice;
 - ports are in 1..65535 and no two services share one.
 
@@ -42,7 +46,9 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.config.admission import AdmissionSpec
 from orchestrator.config.errors import ConfigProblem, field_path
+from orchestrator.config.fabric_health import FabricHealthSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Site
@@ -64,6 +70,7 @@ DEFAULT_ROUTER_HTTP_PORT: Final = 8000
 DEFAULT_ROUTER_GRPC_PORT: Final = 50051
 DEFAULT_CONTROL_PLANE_GRPC_PORT: Final = 50052
 DEFAULT_EXPORTER_PORT: Final = 9400
+DISCOVERED_PORT: Final = 8000  # vLLM's default; a pool with a selector may set `port`
 DEFAULT_SIM_TIME_SCALE: Final = 1.0
 MAX_PORT: Final = 65535
 _MAX_LABEL = 63
@@ -167,6 +174,7 @@ class PoolSpec(_Strict):
     engine_args: tuple[str, ...] = Field(default=(), alias="engineArgs")
     endpoints: tuple[EndpointUrl, ...] = ()
     selector: Annotated[dict[str, str], Field(min_length=1)] | None = None
+    port: Port | None = None  # serving port of the pods `selector` finds; None: DISCOVERED_PORT
 
     @field_validator("generation", mode="before")
     @classmethod
@@ -206,6 +214,14 @@ class PoolSpec(_Strict):
                         "external replicas are not started by the orchestrator; remove engineArgs",
                     )
                 )
+            if self.port is not None and self.selector is None:
+                problems.append(
+                    ConfigProblem(
+                        "port",
+                        "port is the serving port of pods found through selector; endpoint URLs"
+                        " carry their own port",
+                    )
+                )
             if not self.endpoints and self.selector is None:
                 problems.append(
                     ConfigProblem(
@@ -225,6 +241,7 @@ class PoolSpec(_Strict):
             for field, present in (
                 ("endpoints", bool(self.endpoints)),
                 ("selector", self.selector),
+                ("port", self.port is not None),
             ):
                 if present:
                     problems.append(
@@ -252,6 +269,7 @@ class RouterSpec(_Strict):
     http_port: Port = Field(default=DEFAULT_ROUTER_HTTP_PORT, alias="httpPort")
     grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
+    admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
 
     @field_validator("profile")
     @classmethod
@@ -264,8 +282,57 @@ class RouterSpec(_Strict):
         return value
 
 
+PemFile = Annotated[str, Field(min_length=1)]
+
+
+class ServerTlsSpec(_Strict):
+    """TLS files a server presents (PEM paths); with `client_ca_file`, callers must present a
+    certificate that CA signed. The files are re-read when they change (rotation)."""
+
+    cert_file: PemFile = Field(alias="certFile")
+    key_file: PemFile = Field(alias="keyFile")
+    client_ca_file: PemFile | None = Field(default=None, alias="clientCaFile")
+
+
+class ClientTlsSpec(_Strict):
+    """TLS files a client uses towards `https://` peers (PEM paths): `ca_file` verifies them
+    (unset: the system's trust store); `cert_file` and `key_file`, both or neither, are the
+    certificate it presents to peers that ask for one."""
+
+    ca_file: PemFile | None = Field(default=None, alias="caFile")
+    cert_file: PemFile | None = Field(default=None, alias="certFile")
+    key_file: PemFile | None = Field(default=None, alias="keyFile")
+
+    @model_validator(mode="after")
+    def _pair(self) -> ClientTlsSpec:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("certFile and keyFile go together; give both or neither")
+        return self
+
+
 class ControlPlaneSpec(_Strict):
+    """`tls`, when given, must name a client CA: the control plane serves mutual TLS only.
+
+    `http_sd_port` serves the engines' Prometheus HTTP service discovery (`/sd/engines`, over the
+    same TLS when `tls` is set); unset, none is served (`up --prometheus` then picks a free port).
+    `replica_tls` is how its health checks of `https://` external replicas verify them (and the
+    client certificate they present); `orchestrator control-plane --replica-tls-*` overrides it.
+    """
+
     grpc_port: Port = Field(default=DEFAULT_CONTROL_PLANE_GRPC_PORT, alias="grpcPort")
+    http_sd_port: Port | None = Field(default=None, alias="httpSdPort")
+    tls: ServerTlsSpec | None = None
+    replica_tls: ClientTlsSpec | None = Field(default=None, alias="replicaTls")
+
+    @field_validator("tls")
+    @classmethod
+    def _mutual(cls, value: ServerTlsSpec | None) -> ServerTlsSpec | None:
+        if value is not None and value.client_ca_file is None:
+            raise ValueError(
+                "clientCaFile is required: the control plane accepts only callers with a "
+                "client certificate signed by it (mutual TLS)"
+            )
+        return value
 
 
 class ExportersSpec(_Strict):
@@ -283,6 +350,7 @@ class OrchestratorConfig(_Strict):
     router: RouterSpec = RouterSpec()
     control_plane: ControlPlaneSpec = Field(default=ControlPlaneSpec(), alias="controlPlane")
     exporters: ExportersSpec = ExportersSpec()
+    fabric_health: FabricHealthSpec = Field(default=FabricHealthSpec(), alias="fabricHealth")
 
     @field_validator("sites", mode="before")
     @classmethod
@@ -466,6 +534,7 @@ _PORTS: Final = (
     ("router", "httpPort", "http_port", DEFAULT_ROUTER_HTTP_PORT),
     ("router", "grpcPort", "grpc_port", DEFAULT_ROUTER_GRPC_PORT),
     ("controlPlane", "grpcPort", "grpc_port", DEFAULT_CONTROL_PLANE_GRPC_PORT),
+    ("controlPlane", "httpSdPort", "http_sd_port", None),
     ("exporters", "port", "port", DEFAULT_EXPORTER_PORT),
 )
 _SECTION_NAMES: Final = {"controlPlane": "control_plane"}

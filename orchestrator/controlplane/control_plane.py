@@ -1,4 +1,5 @@
-"""`ControlPlane`: registry, reconcile loop, external checks and gRPC service, run together.
+"""`ControlPlane`: registry, reconcile loop, external checks, gRPC service and, when asked for,
+the engines' Prometheus service discovery (`http_sd.py`), run together.
 
 What `orchestrator control-plane` and `orchestrator up` run once connected to a Ray cluster. The
 reconcile loop blocks on Ray calls, so it runs in a thread of its own, off the gRPC event loop.
@@ -17,8 +18,11 @@ import ray
 from orchestrator.config.schema import OrchestratorConfig
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
+from orchestrator.controlplane.http_sd import ENGINES_PATH, EngineDiscovery, HttpSdServer
+from orchestrator.controlplane.kubernetes_pools import KubernetesPools
 from orchestrator.controlplane.reconciler import DEFAULT_INTERVAL_S, PoolReconciler
 from orchestrator.controlplane.registry import NAMESPACE, REGISTRY_NAME, start_registry
+from orchestrator.security.files import TlsFiles
 
 _JOIN_TIMEOUT_S: Final = 30.0
 
@@ -27,7 +31,9 @@ class ControlPlane:
     """Owns what it starts: `stop()` stops the replicas it launched and its server.
 
     The registry is detached and outlives `stop()` unless `stop(remove_registry=True)`: a control
-    plane process that restarts finds it, with the replicas still registered.
+    plane process that restarts finds it, with the replicas still registered. `sd_port` (0: a free
+    one) serves the engines' HTTP service discovery on `host`, with `tls` like the gRPC service;
+    `None` serves none. `uses_real_gpus` `None` derives it per pool from its engine (placement.py).
     """
 
     def __init__(
@@ -39,19 +45,25 @@ class ControlPlane:
         host: str = "127.0.0.1",
         port: int | None = None,
         reconcile_interval_s: float = DEFAULT_INTERVAL_S,
-        uses_real_gpus: bool = False,
+        uses_real_gpus: bool | None = None,
+        tls: TlsFiles | None = None,
+        sd_port: int | None = None,
     ) -> None:
         self._config = config
+        self._tls = tls
         self._namespace = namespace
         self._registry_name = registry_name
         self._host = host
         self._port = config.control_plane.grpc_port if port is None else port
         self._interval_s = reconcile_interval_s
         self._uses_real_gpus = uses_real_gpus
+        self._sd_port = sd_port
+        self._sd_server: HttpSdServer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
         self._checking: asyncio.Task[None] | None = None
+        self._discovering: asyncio.Task[None] | None = None
         self.registry: Any = None
         self.reconciler: PoolReconciler | None = None
 
@@ -75,18 +87,40 @@ class ControlPlane:
         self._thread.start()
         checker = ExternalReplicaChecker(self._config, self.registry)
         self._checking = asyncio.create_task(checker.run(), name="external-replica-checks")
+        discovery = KubernetesPools(self._config, self.registry)  # pools with a selector
+        self._discovering = asyncio.create_task(discovery.run(), name="kubernetes-pools")
+        if self._sd_port is not None:
+            self._sd_server = HttpSdServer(EngineDiscovery(self.registry), tls=self._tls)
+            await self._sd_server.start(self._host, self._sd_port)
         self._server, bound = await start_control_plane_server(
-            self.registry, self._host, self._port
+            self.registry, self._host, self._port, self._tls
         )
         return bound
+
+    @property
+    def discovery(self) -> EngineDiscovery | None:
+        """The engines' service discovery, while it is served."""
+        return None if self._sd_server is None else self._sd_server.discovery
+
+    @property
+    def sd_url(self) -> str | None:
+        """The engines' `http_sd_configs` URL, while it is served."""
+        server = self._sd_server
+        if server is None:
+            return None
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"{server.scheme}://{host}:{server.port}{ENGINES_PATH}"
 
     async def stop(self, *, remove_registry: bool = False) -> None:
         if self._server is not None:
             await self._server.stop(grace=1.0)
-        if self._checking is not None:
-            self._checking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checking
+        if self._sd_server is not None:
+            await self._sd_server.stop()
+        for task in (self._checking, self._discovering):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._stop.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, _JOIN_TIMEOUT_S)

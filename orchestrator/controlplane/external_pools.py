@@ -1,10 +1,17 @@
-"""External pools: endpoints that run elsewhere, health-checked and heartbeated on their behalf.
+"""External replicas: endpoints that run elsewhere, health-checked and heartbeated on their behalf.
 
-An external replica has no actor to register it, so the control plane does what a `ReplicaActor`
-does for its engine: once the endpoint answers `/health` it is registered, and each check that
-passes is a heartbeat carrying the load from its `/metrics`. A check that fails sends nothing, so
-the registry lists the replica `unhealthy` after `heartbeat_timeout_s`, as it would a silent
-actor; it is ready again on the next check that passes.
+An external replica has no actor to heartbeat for it, so the control plane does what a
+`ReplicaActor` does for its engine: each check of its `/health` that passes is a heartbeat carrying
+the load from its `/metrics`. A check that fails sends nothing, so the registry lists the replica
+`unhealthy` after `heartbeat_timeout_s`, as it would a silent actor; it is ready again on the next
+check that passes. Two kinds are checked alike: the endpoints of external pools in config
+(registered once they first answer, and again after a registry restart), and replicas registered
+over gRPC (`RegisterReplica`), which the checker finds in the registry each pass; those stay until
+deregistered, and must register again after a registry restart, since only their owner knows them.
+
+`https://` replicas are verified against the CA of `controlPlane.replicaTls` (else the system's
+trust store), and are shown its client certificate when one is given; the files are re-read when
+they change, so a rotated CA or certificate takes effect on the next pass.
 """
 
 from __future__ import annotations
@@ -12,21 +19,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
+from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
 
-from orchestrator.config.schema import OrchestratorConfig, PoolSpec
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
+from orchestrator.controlplane.registry_state import RegistryStatus, ReplicaRegistration
+from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import EngineKind, ReplicaLoad
-from orchestrator.engines import adapter_for
+from orchestrator.engines import EngineAdapter, adapter_for
+from orchestrator.security.files import Signature, TlsFiles
+from orchestrator.security.http_tls import client_context
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECK_INTERVAL_S: Final = 1.0
 _CHECK_TIMEOUT_S: Final = 2.0
-_ADAPTER: Final = adapter_for(EngineKind.EXTERNAL)
 
 
 def external_registrations(config: OrchestratorConfig) -> list[ReplicaRegistration]:
@@ -39,6 +50,18 @@ def external_registrations(config: OrchestratorConfig) -> list[ReplicaRegistrati
     ]
 
 
+def replica_tls_files(spec: ClientTlsSpec | None) -> TlsFiles | None:
+    """The files `controlPlane.replicaTls` names, None when unset (plaintext and public CAs)."""
+    if spec is None:
+        return None
+    return TlsFiles(
+        cert=None if spec.cert_file is None else Path(spec.cert_file),
+        key=None if spec.key_file is None else Path(spec.key_file),
+        ca=None if spec.ca_file is None else Path(spec.ca_file),
+        flag="--replica-tls",
+    )
+
+
 def _registration(pool: PoolSpec, index: int, url: str) -> ReplicaRegistration:
     return ReplicaRegistration(
         replica_id=f"{pool.name}-{index}",
@@ -47,11 +70,14 @@ def _registration(pool: PoolSpec, index: int, url: str) -> ReplicaRegistration:
         site=pool.site,
         generation=pool.generation,
         engine=EngineKind.EXTERNAL,
+        external=True,
     )
 
 
 class ExternalReplicaChecker:
-    """Checks every configured external endpoint each `interval_s`, all at once."""
+    """Checks every external replica (configured or registered) each `interval_s`, all at once.
+
+    `replica_tls` None takes config's `controlPlane.replicaTls`."""
 
     def __init__(
         self,
@@ -59,41 +85,76 @@ class ExternalReplicaChecker:
         registry: Any,
         *,
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
+        replica_tls: TlsFiles | None = None,
     ) -> None:
-        self._registrations = external_registrations(config)
+        self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
+        self._configured = external_registrations(config)
+        self._configured_ids = frozenset(r.replica_id for r in self._configured)
         self._registry = registry
         self._interval_s = interval_s
 
     async def run(self) -> None:
-        """Check until cancelled."""
+        """Check until cancelled; a session lasts while the replica TLS files stay unchanged."""
+        while True:
+            signature = self._tls_signature()
+            async with self._session() as session:
+                while signature == self._tls_signature():
+                    checks = [*self._configured, *await self._registered()]
+                    await asyncio.gather(*(self._check(session, r) for r in checks))
+                    await asyncio.sleep(self._interval_s)
+            log.info("replica TLS files changed; checking with the new ones")
+
+    def _session(self) -> aiohttp.ClientSession:
         timeout = aiohttp.ClientTimeout(total=_CHECK_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                await asyncio.gather(*(self._check(session, r) for r in self._registrations))
-                await asyncio.sleep(self._interval_s)
+        if self._replica_tls is None:
+            return aiohttp.ClientSession(timeout=timeout)
+        try:
+            context = client_context(self._replica_tls)
+        except OrchestratorError as error:
+            # Caught mid-rotation: fail closed (a context that trusts no one) until they change.
+            log.warning("replica TLS files unusable, https checks fail: %s", error.message)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        connector = aiohttp.TCPConnector(ssl=context)
+        return aiohttp.ClientSession(timeout=timeout, connector=connector)
+
+    def _tls_signature(self) -> Signature | None:
+        return None if self._replica_tls is None else self._replica_tls.signature()
+
+    async def _registered(self) -> list[ReplicaRegistration]:
+        """External replicas the registry lists beyond the configured ones (registered over gRPC);
+        none while the registry does not answer."""
+        try:
+            status: RegistryStatus = await asyncio.wait_for(
+                self._registry.status.remote(), _CHECK_TIMEOUT_S
+            )
+        except Exception as exc:  # the registry restarting: check the configured ones meanwhile
+            log.debug("could not list registered external replicas: %s", exc)
+            return []
+        registrations = (entry.record.registration for entry in status.replicas)
+        return [r for r in registrations if r.external and r.replica_id not in self._configured_ids]
 
     async def _check(
         self, session: aiohttp.ClientSession, registration: ReplicaRegistration
     ) -> None:
         try:
-            load = await _probe(session, registration.url)
+            load = await _probe(session, registration.url, adapter_for(registration.engine))
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
             return
         try:
             reply = await self._registry.heartbeat.remote(registration.replica_id, load)
-            if not reply.known:
+            if not reply.known and registration.replica_id in self._configured_ids:
                 await self._registry.register_replica.remote(registration)
         except Exception as exc:  # the registry restarting: the next check registers again
             log.warning("could not report %s: %s", registration.replica_id, exc)
 
 
-async def _probe(session: aiohttp.ClientSession, url: str) -> ReplicaLoad:
+async def _probe(session: aiohttp.ClientSession, url: str, adapter: EngineAdapter) -> ReplicaLoad:
     """Raises unless `/health` answers 200; the load is idle when `/metrics` cannot be read."""
-    async with session.get(url + _ADAPTER.health_path) as health:
+    async with session.get(url + adapter.health_path) as health:
         health.raise_for_status()
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
         async with session.get(url + "/metrics") as metrics:
             metrics.raise_for_status()
-            return _ADAPTER.parse_load(await metrics.text(), time.time())
+            return adapter.parse_load(await metrics.text(), time.time())
     return ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0, observed_at_s=time.time())

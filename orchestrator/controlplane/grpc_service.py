@@ -1,14 +1,26 @@
 """The `ControlPlaneService` gRPC server: `orchestrator.controlplane.v1` over a `Registry` handle.
 
-Every call is one registry call; the registry's canonical errors become gRPC statuses here, and a
-registry that is restarting is UNAVAILABLE, so callers retry rather than hang.
+Every call is one registry call (a node health report: one per Ray node it covers); the
+registry's canonical errors become gRPC statuses here, and a registry that is restarting is
+UNAVAILABLE, so callers retry rather than hang.
+
+A node health report names a node the way its reporter knows it. The embedded stack's reporters
+know the Ray node id replicas register with; an exporter on a Kubernetes node knows only the
+node's name, which the chart gives the Ray worker pods on it as the `k8s-node` Ray label. So a
+report for `name` is recorded for `name` itself and for every live Ray node labelled with it
+(`NodeNames`). A name that matches no Ray node is accepted and kept under that name, affecting
+no replica: the exporter of a GPU node whose Ray worker has not joined yet (or that runs only
+external replicas) is not an error, and its next report (every few seconds) reaches the worker
+once it has joined.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import MappingProxyType
 from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
@@ -22,27 +34,72 @@ from orchestrator.controlplane.grpc_translate import (
     status_to_pb,
     table_to_pb,
 )
-from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.controlplane.placement import K8S_NODE_LABEL
+from orchestrator.core.errors import GRPC_STATUS_NAME, ErrorCode, OrchestratorError
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.grpc_tls import server_credentials
 from orchestrator.table.snapshot import RoutingTable
+
+log = logging.getLogger(__name__)
 
 # The long poll's length: a watch stream re-polls this often when nothing changes.
 WATCH_POLL_S: Final = 10.0
 _CALL_TIMEOUT_S: Final = 15.0
-# The codes the registry raises; anything else is a bug.
-_STATUS: Final = MappingProxyType(
-    {
-        ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-        ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-        ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    }
-)
-
+# How long one listing of Ray's nodes answers node-name lookups: reporters on every node refresh
+# every few seconds, and each would otherwise list the whole cluster.
+NODE_LIST_MAX_AGE_S: Final = 1.0
 _T = TypeVar("_T")
 
 
+class NodeNames:
+    """Which Ray nodes a node name covers: the node with that id, and the live nodes whose
+    `k8s-node` label is that name. `list_nodes` is `ray.nodes` (a blocking GCS call: call
+    `ray_node_ids` off the event loop); its answer is reused for `max_age_s`."""
+
+    def __init__(
+        self,
+        list_nodes: Callable[[], list[dict[str, Any]]] = ray.nodes,
+        *,
+        max_age_s: float = NODE_LIST_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._list_nodes = list_nodes
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._listed_at_s = float("-inf")
+        self._by_name: dict[str, tuple[str, ...]] = {}
+
+    def ray_node_ids(self, name: str) -> tuple[str, ...]:
+        """The ids of the live Ray nodes `name` covers; empty when none (or Ray cannot say)."""
+        with self._lock:
+            if self._clock() - self._listed_at_s >= self._max_age_s:
+                self._refresh()
+            return self._by_name.get(name, ())
+
+    def _refresh(self) -> None:
+        try:
+            nodes = self._list_nodes()
+        except Exception as exc:  # GCS briefly unreachable: the report still lands under its name
+            log.warning("listing Ray nodes to resolve node names failed: %s", exc)
+            return
+        by_name: dict[str, list[str]] = {}
+        for node in nodes:
+            if not node.get("Alive"):
+                continue
+            node_id = str(node["NodeID"])
+            by_name.setdefault(node_id, []).append(node_id)
+            label = (node.get("Labels") or {}).get(K8S_NODE_LABEL)
+            if label and label != node_id:
+                by_name.setdefault(str(label), []).append(node_id)
+        self._by_name = {name: tuple(ids) for name, ids in by_name.items()}
+        self._listed_at_s = self._clock()
+
+
 class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Any, node_names: NodeNames | None = None) -> None:
         self._registry = registry
+        self._node_names = node_names if node_names is not None else NodeNames()
 
     async def WatchRoutingTable(
         self, request: pb.WatchRoutingTableRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -77,8 +134,22 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def ReportNodeHealth(
         self, request: pb.ReportNodeHealthRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportNodeHealthResponse:
+        """Record the health for the node as named and for each Ray node that name covers."""
+        if not request.node.strip():
+            await _abort(
+                context,
+                OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "a node name (Kubernetes node name or Ray node id) is required",
+                    param="node",
+                ),
+            )
         health = health_from_pb(request.health)
-        await _call(self._registry.report_node_health.remote(request.node, health), context)
+        covered = await asyncio.to_thread(self._node_names.ray_node_ids, request.node)
+        if not covered:
+            log.debug("node %r matches no live Ray node; its health is kept by name", request.node)
+        for key in dict.fromkeys((request.node, *covered)):
+            await _call(self._registry.report_node_health.remote(key, health), context)
         return pb.ReportNodeHealthResponse()
 
     async def Drain(
@@ -124,16 +195,28 @@ async def _call(
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: OrchestratorError) -> NoReturn:
     details = f"{error.param}: {error.message}" if error.param else error.message
-    await context.abort(_STATUS.get(error.code, grpc.StatusCode.INTERNAL), details)
+    await context.abort(grpc.StatusCode[GRPC_STATUS_NAME[error.code]], details)
     raise AssertionError("context.abort raises")
 
 
 async def start_control_plane_server(
-    registry: Any, host: str = "127.0.0.1", port: int = 0
+    registry: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls: TlsFiles | None = None,
+    node_names: NodeNames | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A started gRPC server for `registry`, and the port it bound (port 0 picks one)."""
+    """A started gRPC server for `registry`, and the port it bound (port 0 picks one).
+
+    `tls` serves TLS only; with its client CA, every caller must present a certificate that CA
+    signed (routers and operators alike), or the handshake fails."""
+    credentials = None if tls is None else server_credentials(tls)
     server = grpc.aio.server()
-    add_control_plane_servicer(ControlPlaneServicer(registry), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    add_control_plane_servicer(ControlPlaneServicer(registry, node_names), server)
+    address = f"{host}:{port}"
+    if credentials is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, credentials)
     await server.start()
     return server, bound

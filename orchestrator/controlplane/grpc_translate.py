@@ -108,6 +108,7 @@ def registration_from_pb(request: pb.RegisterReplicaRequest) -> ReplicaRegistrat
         engine=engine,
         node=request.node,
         time_scale=request.time_scale or 1.0,
+        external=True,
     )
 
 
@@ -123,6 +124,7 @@ def status_to_pb(status: RegistryStatus) -> pb.GetStatusResponse:
             generation=pool.generation.value,
             engine=pool.engine.value,
             replicas=pool.replicas,
+            unplaceable=status.unplaceable.get(pool.name, ""),
         )
         for pool in status.pools
     ]

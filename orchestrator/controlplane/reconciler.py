@@ -4,8 +4,10 @@ It observes the registry's desired pools and replicas, the replica actors it lau
 launched replica counts as `starting` until it registers, and again while a restarted registry waits
 for it to re-register, so a registry restart starts nothing extra), and Ray's node table. A replica
 whose start failed, or whose heartbeats stopped for `lost_after_s` on a live node (its actor or
-engine died), counts as `gone`, so it is stopped and replaced. Decisions are `reconcile`'s alone;
-this class only carries them out.
+engine died), counts as `gone`, so it is stopped and replaced. External replicas (configured
+endpoints, or registered over gRPC even with a node named) are never its to place or stop. When a
+pool cannot be placed, it tells the registry why, for `GetStatus` and `orchestrator status`.
+Decisions are `reconcile`'s alone; this class only carries them out.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Final
 import ray
 
 from orchestrator.config.schema import PoolSpec
-from orchestrator.controlplane.placement import node_infos, replica_options
+from orchestrator.controlplane.placement import node_infos, replica_options, runs_on_gpus
 from orchestrator.controlplane.reconcile import (
     Action,
     DrainReplica,
@@ -65,7 +67,10 @@ class Launched:
 
 
 class PoolReconciler:
-    """Keeps every launched pool at its desired size on nodes of its site and generation."""
+    """Keeps every launched pool at its desired size on nodes of its site and generation.
+
+    `uses_real_gpus` `None` (the default) asks Ray for GPUs for real engines only; see placement.py.
+    """
 
     def __init__(
         self,
@@ -74,7 +79,7 @@ class PoolReconciler:
         model: str,
         namespace: str = NAMESPACE,
         list_nodes: Callable[[], Sequence[Mapping[str, Any]]] = ray.nodes,
-        uses_real_gpus: bool = False,
+        uses_real_gpus: bool | None = None,
         heartbeat_s: float = 1.0,
         lost_after_s: float = DEFAULT_LOST_AFTER_S,
     ) -> None:
@@ -92,13 +97,34 @@ class PoolReconciler:
         """One pass: observe, reconcile, act. Returns the actions it carried out."""
         status: RegistryStatus = ray.get(self._registry.status.remote(), timeout=_CALL_TIMEOUT_S)
         observed, taken = self._observe(status.replicas)
-        nodes = node_infos(self._list_nodes(), taken)
-        actions = reconcile(status.pools, observed, nodes)
+        listed = self._list_nodes()
         pools = {pool.name: pool for pool in status.pools}
+        # Pools of real engines fit only where Ray has GPUs to give, simulated ones on GPU slots
+        # too: each kind is reconciled against the nodes as it sees them, the simulated first,
+        # whose placements then count as taken for the others.
+        on_gpus = {pool.name for pool in status.pools if self._on_gpus(pool)}
+        actions: list[Action] = []
+        for real in (False, True):
+            group = [pool for pool in status.pools if (pool.name in on_gpus) is real]
+            seen = [replica for replica in observed if (replica.pool in on_gpus) is real]
+            if group or seen:
+                nodes = node_infos(listed, taken, real_gpus_only=real)
+                decided = reconcile(group, seen, nodes)
+                for action in decided:
+                    if isinstance(action, StartReplica):
+                        taken[action.node] += pools[action.pool].gpus_per_replica
+                actions += decided
         for action in actions:
             self._act(action, pools)
         self.unplaceable = tuple(a for a in actions if isinstance(a, Unplaceable))
+        reasons = {u.pool: u.reason for u in self.unplaceable}
+        if reasons != dict(status.unplaceable):  # also after a restart, which forgot them
+            ray.get(self._registry.report_unplaceable.remote(reasons), timeout=_CALL_TIMEOUT_S)
         return actions
+
+    def _on_gpus(self, pool: PoolSpec) -> bool:
+        """Whether `pool`'s replicas ask Ray for GPUs (the override, else its engine's kind)."""
+        return runs_on_gpus(pool.engine) if self._uses_real_gpus is None else self._uses_real_gpus
 
     def run(self, stop: threading.Event, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         """Step every `interval_s` until `stop` is set; a failed pass is logged and retried."""
@@ -136,7 +162,7 @@ class PoolReconciler:
             taken[launched.node] += launched.gpus
         for entry in replicas:
             record, reg = entry.record, entry.record.registration
-            if record.replica_id not in observed and reg.node:
+            if record.replica_id not in observed and reg.node and not reg.external:
                 observed[record.replica_id] = ObservedReplica(
                     record.replica_id, reg.pool, reg.node, record.state, record.since_s
                 )
@@ -187,6 +213,7 @@ class PoolReconciler:
             host="",
             time_scale=pool.time_scale,
             extra_args=pool.engine_args,
+            # A placeholder: the actor takes the GPU ids Ray assigns it (replica_actor.py).
             gpu_indices=tuple(range(pool.gpus_per_replica)),
         )
         options = replica_options(

@@ -4,7 +4,8 @@ All bookkeeping lives in `RegistryState`. The actor adds what only a process can
 cluster (named, detached, restarted by Ray whenever it dies), a clock, and a long poll for watchers.
 A restarted registry starts with no replicas, at a version above any it handed out (wall-clock
 milliseconds), and is rebuilt as replica actors re-register when their heartbeat says it forgot
-them. The desired sizes set by `scale` and `drain` cannot be rebuilt that way, so they are kept in
+them; watchers get no table until it is (so routers never see the half-empty one in between).
+The desired sizes set by `scale` and `drain` cannot be rebuilt that way, so they are kept in
 the Ray cluster's GCS key-value store (the store Ray Serve keeps its controller's checkpoints in),
 which outlives any actor. They are kept with a digest of the config they were set against: a
 registry started with a different config starts from that config's sizes instead.
@@ -31,7 +32,6 @@ from orchestrator.controlplane.registry_state import (
     RegistryStatus,
     ReplicaRegistration,
 )
-from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import NodeHealth, ReplicaLoad
 from orchestrator.table.snapshot import RoutingTable
 
@@ -44,25 +44,6 @@ _EXPIRY_CHECK_S: Final = 0.5
 _T = TypeVar("_T")
 _KV_NAMESPACE: Final = b"orchestrator"
 _HEAD_RESOURCE: Final = "node:__internal_head__"
-
-
-class RegistryError(OrchestratorError):
-    """An `OrchestratorError` that crosses Ray's process boundary intact.
-
-    Ray pickles an actor's exceptions; the base class takes its code as a required argument that
-    plain exception pickling drops, so callers would get an unreadable error instead.
-    """
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_registry_error, (self.code, self.message, self.param))
-
-
-def _registry_error(code: ErrorCode, message: str, param: str | None) -> RegistryError:
-    return RegistryError(code, message, param=param)
-
-
-def _picklable(error: OrchestratorError) -> RegistryError:
-    return RegistryError(error.code, error.message, param=error.param)
 
 
 class Registry:
@@ -82,6 +63,7 @@ class Registry:
             first_version=time.time_ns() // 1_000_000,
             heartbeat_timeout_s=heartbeat_timeout_s,
             sizes=self._saved_sizes(),
+            rebuild_s=heartbeat_timeout_s if _restarted() else 0.0,
         )
         self._changed: asyncio.Event | None = None
 
@@ -99,19 +81,16 @@ class Registry:
         self._state.report_node_health(node, health)
         self._notify()
 
+    async def report_unplaceable(self, reasons: dict[str, str]) -> None:
+        self._state.report_unplaceable(reasons)
+
     async def drain(self, target: str) -> tuple[str, ...]:
-        try:
-            drained = self._state.drain(target)
-        except OrchestratorError as exc:
-            raise _picklable(exc) from None
+        drained = self._state.drain(target)
         self._save_sizes()
         return self._after(drained)
 
     async def scale(self, pool: str, replicas: int) -> None:
-        try:
-            self._state.scale(pool, replicas)
-        except OrchestratorError as exc:
-            raise _picklable(exc) from None
+        self._state.scale(pool, replicas)
         self._save_sizes()
         self._notify()
 
@@ -124,18 +103,21 @@ class Registry:
         return self._state.status()
 
     async def wait_for_version(self, after: int, timeout_s: float) -> RoutingTable:
-        """The table once its version exceeds `after`, or the current one after `timeout_s`."""
+        """The table once its version exceeds `after`, or the current one after `timeout_s`.
+
+        A restarted registry answers only once rebuilt (`RegistryState.rebuilt`, at most a
+        heartbeat timeout after the restart), so no watcher gets a table missing live replicas.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             self._expire()
-            if self._state.version > after:
-                return self._state.table()
+            rebuilt = self._state.rebuilt()
             left = deadline - time.monotonic()
-            if left <= 0:
+            if rebuilt and (self._state.version > after or left <= 0):
                 return self._state.table()
             changed = self._event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, _EXPIRY_CHECK_S))
+                await asyncio.wait_for(changed.wait(), max(min(left, _EXPIRY_CHECK_S), 0.05))
 
     def _saved_sizes(self) -> dict[str, int] | None:
         saved = internal_kv._internal_kv_get(self._sizes_key, namespace=_KV_NAMESPACE)
@@ -199,6 +181,11 @@ def start_registry(
         get_if_exists=True,
         scheduling_strategy=NodeAffinitySchedulingStrategy(home, soft=False),
     ).remote(config, heartbeat_timeout_s, f"{namespace}/{name}")
+
+
+def _restarted() -> bool:
+    """Whether this registry actor is a restart (Ray counts them), so it must rebuild its table."""
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def _head_node_id() -> str:

@@ -19,8 +19,9 @@ plain object. Rules:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.reconcile import ObservedState
@@ -39,7 +40,9 @@ class ReplicaRegistration:
     """What a replica tells the registry about itself once its engine answers `/health`.
 
     `node` is the Ray node id (empty for external replicas); `time_scale` is the simulated engine's
-    slow-down (1.0 for real engines), by which its capacity prior is divided.
+    slow-down (1.0 for real engines), by which its capacity prior is divided. `external` marks a
+    replica that runs outside the control plane's actors (an external pool's endpoint, or one
+    registered over gRPC): the control plane health-checks it but never places, drains or stops it.
     """
 
     replica_id: str
@@ -50,6 +53,7 @@ class ReplicaRegistration:
     engine: EngineKind
     node: str = ""
     time_scale: float = 1.0
+    external: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +91,13 @@ class ReplicaStatus:
 
 @dataclass(frozen=True, slots=True)
 class RegistryStatus:
-    """Everything `orchestrator status` shows, at one version."""
+    """Everything `orchestrator status` shows, at one version. `unplaceable` maps a pool that is
+    below its desired size, because no node can take another of its replicas, to why."""
 
     version: int
     pools: tuple[PoolSpec, ...]
     replicas: tuple[ReplicaStatus, ...]
+    unplaceable: Mapping[str, str] = field(default_factory=dict)
 
 
 class RegistryState:
@@ -107,9 +113,11 @@ class RegistryState:
         drain_grace_s: float = DEFAULT_DRAIN_GRACE_S,
         figures: FleetFigures | None = None,
         sizes: Mapping[str, int] | None = None,
+        rebuild_s: float = 0.0,
     ) -> None:
         """`sizes` overrides config's desired sizes (what `scale` and `drain` set before a restart);
-        entries for pools no longer in config, or external ones, are ignored."""
+        entries for pools no longer in config, or external ones, are ignored. `rebuild_s` > 0 marks
+        a restarted registry: see `rebuilt`."""
         self._config = config
         self._now_s = now_s
         self._version = first_version
@@ -124,6 +132,8 @@ class RegistryState:
         self._replicas: dict[str, ReplicaRecord] = {}
         self._node_health: dict[str, NodeHealth] = {}
         self._stale: frozenset[str] = frozenset()
+        self._unplaceable: dict[str, str] = {}
+        self._rebuilding_until_s: float | None = now_s() + rebuild_s if rebuild_s > 0 else None
 
     @property
     def version(self) -> int:
@@ -146,6 +156,23 @@ class RegistryState:
 
     def node_health(self) -> Mapping[str, NodeHealth]:
         return dict(self._node_health)
+
+    def rebuilt(self) -> bool:
+        """Whether the table is whole enough to hand to routers.
+
+        A restarted registry starts empty and fills as replicas re-register; a router given the
+        table before that would stop routing to replicas that are serving fine. So it is not
+        rebuilt until every pool has its desired size registered again (an external pool: one per
+        endpoint), or `rebuild_s` has passed since the restart: a replica that has not re-registered
+        by then is taken as lost. Once rebuilt, it stays so.
+        """
+        if self._rebuilding_until_s is None:
+            return True
+        listed = Counter(r.registration.pool for r in self._replicas.values())
+        whole = all(listed[pool.name] >= _expected_size(pool) for pool in self._pools.values())
+        if whole or self._now_s() >= self._rebuilding_until_s:
+            self._rebuilding_until_s = None
+        return self._rebuilding_until_s is None
 
     def register(self, registration: ReplicaRegistration) -> int:
         """Add or refresh a replica as `ready`; a re-registration keeps a drain under way."""
@@ -193,6 +220,13 @@ class RegistryState:
         if self._node_health.get(node, NodeHealth.HEALTHY) is not health:
             self._bump()
         self._node_health[node] = health
+
+    def report_unplaceable(self, reasons: Mapping[str, str]) -> None:
+        """Replace the reconciler's last word on pools it could not bring to size (pool → why).
+
+        Operators read it; routers do not, so the version stays.
+        """
+        self._unplaceable = dict(reasons)
 
     def drain(self, target: str) -> tuple[str, ...]:
         """Drain a pool (size to 0) or one replica; returns the replicas now draining.
@@ -273,6 +307,7 @@ class RegistryState:
                 ReplicaStatus(record, listed.get(record.replica_id), now - record.last_heartbeat_s)
                 for record in self.replicas()
             ),
+            dict(self._unplaceable),
         )
 
     def _replica(self, record: ReplicaRecord) -> Replica:
@@ -301,3 +336,7 @@ class RegistryState:
     def _bump(self) -> int:
         self._version += 1
         return self._version
+
+
+def _expected_size(pool: PoolSpec) -> int:
+    return len(pool.endpoints) if pool.engine is EngineKind.EXTERNAL else (pool.replicas or 0)

@@ -1,5 +1,8 @@
 """`ReplicaActor`: one engine on one Ray node, registered with the `Registry` and heartbeating load.
 
+A real engine runs on the GPUs Ray assigned this actor (placement.py asks for them), never on the
+pool's placeholder list: several replicas on one 8-GPU node each get GPUs of their own.
+
 Its life: start the engine, wait until `/health` answers, register the endpoint, then once a second
 scrape the engine's `/metrics` (read through the engine adapter) and heartbeat the load. When a
 heartbeat says the registry forgot it (the registry restarted), it registers again, draining again
@@ -19,9 +22,16 @@ from typing import Any, Final
 import aiohttp
 import ray
 
+from orchestrator.controlplane.placement import runs_on_gpus
 from orchestrator.controlplane.reconcile import ObservedState
 from orchestrator.controlplane.registry_state import ReplicaRegistration
-from orchestrator.controlplane.replica_engine import EngineSpec, RunningEngine, engine_for
+from orchestrator.controlplane.replica_engine import (
+    EngineSpec,
+    LaunchPlan,
+    RunningEngine,
+    SubprocessEngine,
+    engine_for,
+)
 from orchestrator.core.records import ReplicaLoad
 from orchestrator.engines import adapter_for
 
@@ -46,7 +56,11 @@ class ReplicaActor:
     ) -> None:
         self._registration = registration
         # An empty host means this node's address, known only once the actor runs on it.
-        self._spec = replace(engine, host=engine.host or ray.util.get_node_ip_address())
+        self._spec = replace(
+            engine,
+            host=engine.host or ray.util.get_node_ip_address(),
+            gpu_indices=assigned_gpus() or engine.gpu_indices,
+        )
         self._registry = registry
         self._heartbeat_s = heartbeat_s
         self._ready_timeout_s = ready_timeout_s
@@ -65,6 +79,17 @@ class ReplicaActor:
 
     async def registration(self) -> ReplicaRegistration:
         return self._registration
+
+    async def launch_plan(self, port: int) -> LaunchPlan | None:
+        """The argv and whole environment a real engine is (or would be) started with here;
+        `None` for the simulator, which runs in this actor's own loop and holds no GPU."""
+        if not runs_on_gpus(self._spec.engine):
+            return None
+        return SubprocessEngine(self._spec).plan(port)
+
+    async def gpu_ids(self) -> tuple[int, ...]:
+        """The GPU ids Ray assigned this actor (none for a simulated replica)."""
+        return assigned_gpus()
 
     async def stop(self) -> None:
         """Stop heartbeating, deregister (best effort) and stop the engine."""
@@ -146,6 +171,18 @@ class ReplicaActor:
             response.raise_for_status()
             text = await response.text()
         return self._adapter.parse_load(text, time.time())
+
+
+def assigned_gpus() -> tuple[int, ...]:
+    """The node ordinals of the GPUs Ray assigned the calling actor; empty when it holds none."""
+    ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    try:
+        return tuple(sorted(int(i) for i in ids))
+    except ValueError:
+        raise RuntimeError(
+            f"Ray assigned GPU ids {ids}, not ordinals: start the Ray node with"
+            " HIP_VISIBLE_DEVICES naming GPUs by index (or unset)"
+        ) from None
 
 
 ReplicaActorClass = ray.remote(ReplicaActor)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +36,14 @@ class EngineSpec:
     time_scale: float | None = None
     extra_args: tuple[str, ...] = ()
     gpu_indices: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """A real engine's process as it is started: its argv and its whole environment."""
+
+    argv: tuple[str, ...]
+    environment: dict[str, str]
 
 
 class RunningEngine(Protocol):
@@ -94,12 +103,14 @@ class SubprocessEngine:
             )
         )
 
+    def plan(self, port: int) -> LaunchPlan:
+        command = self.command(port)
+        return LaunchPlan(command.argv, child_environment(os.environ, command))
+
     async def start(self) -> str:
         port = free_port(self._spec.host)
-        command = self.command(port)
-        self._process = await asyncio.create_subprocess_exec(
-            *command.argv, env={**os.environ, **command.env}
-        )
+        plan = self.plan(port)
+        self._process = await asyncio.create_subprocess_exec(*plan.argv, env=plan.environment)
         return f"http://{self._spec.host}:{port}"
 
     def exit_code(self) -> int | None:
@@ -115,6 +126,21 @@ class SubprocessEngine:
         except TimeoutError:
             process.kill()
             await process.wait()
+
+
+def child_environment(inherited: Mapping[str, str], command: LaunchCommand) -> dict[str, str]:
+    """The engine's environment: the actor's, with the adapter's on top, GPU lists made coherent.
+
+    The adapter names the GPUs in `HIP_VISIBLE_DEVICES` as node ordinals (the ids Ray assigned).
+    An inherited `ROCR_VISIBLE_DEVICES` would filter first and renumber them, so it is dropped;
+    `CUDA_VISIBLE_DEVICES` is set to the same list, which vLLM on ROCm requires to agree.
+    """
+    environment = {**inherited, **command.env}
+    devices = command.env.get("HIP_VISIBLE_DEVICES")
+    if devices is not None:
+        environment.pop("ROCR_VISIBLE_DEVICES", None)
+        environment["CUDA_VISIBLE_DEVICES"] = devices
+    return environment
 
 
 def engine_for(spec: EngineSpec) -> RunningEngine:

@@ -2,7 +2,8 @@
 
 The holder keeps the last table it got whenever the control plane is unreachable (stale, not
 stopped: routers go on serving from it), and the watch reconnects, asking only for versions newer
-than the one it holds. Needs no Ray: it is gRPC and translation only.
+than the one it holds. Needs no Ray: it is gRPC and translation only. With TLS files, each
+(re)connection reads them afresh, so a rotated client certificate is used from the next one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import grpc
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.controlplane.grpc_translate import table_from_pb
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.grpc_tls import aio_channel
 from orchestrator.table.source import TableHolder
 
 log = logging.getLogger(__name__)
@@ -24,12 +28,16 @@ DEFAULT_RETRY_S: Final = 1.0
 
 
 async def follow_routing_table(
-    target: str, holder: TableHolder, *, retry_s: float = DEFAULT_RETRY_S
+    target: str,
+    holder: TableHolder,
+    *,
+    retry_s: float = DEFAULT_RETRY_S,
+    tls: TlsFiles | None = None,
 ) -> None:
     """Feed `holder` from the control plane at `target` ("host:port") until cancelled."""
     while True:
         try:
-            async with grpc.aio.insecure_channel(target) as channel:
+            async with aio_channel(target, tls) as channel:
                 stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
                 request = pb.WatchRoutingTableRequest(after_version=holder.snapshot().version)
                 async for snapshot in stub.WatchRoutingTable(request):
@@ -40,4 +48,6 @@ async def follow_routing_table(
                 " it is back",
                 target, exc.code().name, holder.snapshot().version,
             )  # fmt: skip
+        except OrchestratorError as error:  # TLS files unreadable mid-rotation: retry
+            log.warning("control plane TLS files: %s", error.message)
         await asyncio.sleep(retry_s)

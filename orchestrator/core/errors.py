@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
 
 
 class ErrorCode(StrEnum):
@@ -30,6 +32,38 @@ class OrchestratorError(Exception):
         self.code = code
         self.message = message
         self.param = param
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by state, not by constructor: Ray pickles an actor's exceptions to hand them to
+        the caller, and plain exception pickling would call `__init__` with `args` alone, which
+        lacks the code (and subclasses take other arguments still)."""
+        return (_restore_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore_error(
+    cls: type[OrchestratorError], args: tuple[Any, ...], state: dict[str, Any]
+) -> OrchestratorError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+GRPC_STATUS_NAME: Final = MappingProxyType(
+    {
+        ErrorCode.INVALID_ARGUMENT: "INVALID_ARGUMENT",
+        ErrorCode.NOT_FOUND: "NOT_FOUND",
+        ErrorCode.METHOD_NOT_ALLOWED: "UNIMPLEMENTED",
+        ErrorCode.UNAUTHENTICATED: "UNAUTHENTICATED",
+        ErrorCode.PAYLOAD_TOO_LARGE: "RESOURCE_EXHAUSTED",
+        ErrorCode.RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+        ErrorCode.UNAVAILABLE: "UNAVAILABLE",
+        ErrorCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
+        ErrorCode.INTERNAL: "INTERNAL",
+    }
+)
+"""Each canonical code's gRPC status, by `grpc.StatusCode` member name: the one table both gRPC
+servers (router frontend, control plane) read, kept here by name because `core/` imports no grpc."""
 
 
 class UnknownGenerationError(OrchestratorError, ValueError):

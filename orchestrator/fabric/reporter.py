@@ -45,8 +45,9 @@ HEALTH_TO_PB: Final = MappingProxyType(
 
 
 class HealthReporter:
-    """Evaluates one node and reports it as `node_key` (the node name replicas register with:
-    the Ray node id). `read(at_s)` returns the node's reading at monotonic time `at_s`. `tls`
+    """Evaluates one node and reports it as `node_key`: a Ray node id, or a Kubernetes node name
+    that the control plane matches to Ray nodes labelled `k8s-node=<name>`. `read(at_s)` returns
+    the node's reading at monotonic time `at_s`. `tls`
     None speaks plaintext; else TLS, presenting `tls.cert` when given (the control plane serves
     mutual TLS only)."""
 

@@ -16,6 +16,8 @@ import grpc
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.security.files import TlsFiles
+from orchestrator.security.grpc_tls import channel_credentials
 
 DEFAULT_CONTROL_PLANE: Final = "127.0.0.1:50052"
 CALL_TIMEOUT_S: Final = 10.0
@@ -45,7 +47,8 @@ class ControlPlaneUnreachable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PoolRow:
-    """A pool's desired size (`None` for external pools) next to the replicas ready in it."""
+    """A pool's desired size (`None` for external pools) next to the replicas ready in it;
+    `unplaceable` says why it cannot reach that size (empty when it can)."""
 
     name: str
     site: str
@@ -53,6 +56,7 @@ class PoolRow:
     engine: str
     desired: int | None
     ready: int
+    unplaceable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +100,12 @@ class Status:
 class ControlPlaneClient:
     """Blocking calls to the control plane at `target` ("host:port"), each bounded in time."""
 
-    def __init__(self, target: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self, target: str, *, timeout_s: float = CALL_TIMEOUT_S, tls: TlsFiles | None = None
+    ) -> None:
         self.target = target
         self._timeout_s = timeout_s
+        self._tls = tls
 
     def status(self) -> Status:
         response = self._call(lambda stub: stub.GetStatus(pb.GetStatusRequest(), **self._opts))
@@ -118,7 +125,12 @@ class ControlPlaneClient:
         return {"timeout": self._timeout_s}
 
     def _call(self, call: Callable[[Any], T]) -> T:
-        with grpc.insecure_channel(self.target) as channel:
+        channel = (
+            grpc.insecure_channel(self.target)
+            if self._tls is None
+            else grpc.secure_channel(self.target, channel_credentials(self._tls))
+        )
+        with channel:
             stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
             try:
                 return call(stub)
@@ -167,6 +179,7 @@ def status_from_pb(response: Any) -> Status:
             engine=p.engine,
             desired=p.replicas if p.HasField("replicas") else None,
             ready=sum(r.pool == p.name and r.state == "ready" for r in replicas),
+            unplaceable=p.unplaceable,
         )
         for p in response.pools
     ]
@@ -193,11 +206,13 @@ def format_status(status: Status) -> str:
             for r in status.replicas
         ],
     )  # fmt: skip
+    below = [f"{p.name} is below size: {p.unplaceable}" for p in status.pools if p.unplaceable]
     return "\n".join(
         [
             f"routing table version {status.version}; sites: {', '.join(status.sites) or '-'}",
             "",
             pools,
+            *below,
             "",
             replicas if status.replicas else "no replicas",
         ]

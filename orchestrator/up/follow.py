@@ -17,13 +17,18 @@ from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.server import Companion, serve_until_stopped, use_uvloop
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
+from orchestrator.security.files import TlsFiles
 from orchestrator.table.source import TableHolder
 
 
 @contextlib.asynccontextmanager
-async def following_control_plane(service: RouterService, *, target: str) -> AsyncIterator[None]:
+async def following_control_plane(
+    service: RouterService, *, target: str, tls: TlsFiles | None = None
+) -> AsyncIterator[None]:
     """Feed `service.table` from the control plane at `target` while the router serves."""
-    task = asyncio.create_task(follow_routing_table(target, service.table), name="table-watch")
+    task = asyncio.create_task(
+        follow_routing_table(target, service.table, tls=tls), name="table-watch"
+    )
     try:
         yield
     finally:
@@ -41,6 +46,8 @@ def serve_following(
     host: str,
     port: int,
     companions: Sequence[Companion] = (),
+    tls: TlsFiles | None = None,
+    control_plane_tls: TlsFiles | None = None,
 ) -> int:
     """Serve one router process following `target` until SIGINT or SIGTERM; returns 0.
 
@@ -51,7 +58,8 @@ def serve_following(
 
     def announce(bound: int) -> None:
         print(
-            f"orchestrator router on http://{host}:{bound}, following the control plane at "
+            f"orchestrator router on {'http' if tls is None else 'https'}://{host}:{bound}, "
+            f"following the control plane at "
             f"{target}",
             file=sys.stderr,
             flush=True,
@@ -65,7 +73,11 @@ def serve_following(
             host,
             port,
             on_listening=announce,
-            companions=[partial(following_control_plane, target=target), *companions],
+            companions=[
+                partial(following_control_plane, target=target, tls=control_plane_tls),
+                *companions,
+            ],
+            tls=tls,
         )
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Final, TypeVar
 
@@ -27,7 +27,14 @@ from orchestrator.config.schema import OrchestratorConfig
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.embedded_cluster import RayConnection
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.fabric.embedded import EmbeddedFabric, FabricStartFailed
+from orchestrator.fabric.manifest import default_fabric_root
+from orchestrator.monitoring.embedded import PrometheusRequest
+from orchestrator.monitoring.local_prometheus import LocalPrometheus, PrometheusError
+from orchestrator.security.files import TlsFiles
 from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable, Status
+from orchestrator.up.prometheus import start_prometheus, usable_request
+from orchestrator.up.watchdog import start_watchdog, stop_watchdog
 
 STARTUP_TIMEOUT_S: Final = 300.0
 ROUTER_STOP_TIMEOUT_S: Final = 10.0
@@ -49,20 +56,28 @@ class StartupFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Endpoints:
-    """Where the stack listens once up."""
+    """Where the stack listens once up; `exporters` are (simulated node, scrape URL) pairs, known
+    once the fabric runs."""
 
     host: str
     http_port: int
     grpc_port: int
     control_plane: str
+    exporters: tuple[tuple[str, str], ...] = ()
+    prometheus: str = ""
 
 
 def run_up(
-    config: OrchestratorConfig, *, host: str = "127.0.0.1", progress: Progress = print_progress
+    config: OrchestratorConfig,
+    *,
+    host: str = "127.0.0.1",
+    progress: Progress = print_progress,
+    prometheus: PrometheusRequest | None = None,
 ) -> int:
     """Run the whole stack until SIGINT or SIGTERM; returns the exit status.
 
     0 after a clean stop on a signal, 1 when something failed to start (all of it stopped again).
+    `prometheus` adds a local Prometheus scraping the stack (skipped when not installed).
     """
     endpoints = Endpoints(
         host=host,
@@ -71,9 +86,11 @@ def run_up(
         control_plane=f"127.0.0.1:{config.control_plane.grpc_port}",
     )
     _check_ports_free(config, host)
+    prometheus = usable_request(prometheus, progress)
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _interrupt)
     ray_connection: RayConnection | None = None
+    guard = start_watchdog()  # stops what follows should this process be killed outright
     try:
         groups = ", ".join(
             sorted({f"{p.site}/{p.generation.value}" for p in config.launched_pools})
@@ -86,7 +103,7 @@ def run_up(
         progress(
             f"Ray is up ({time.monotonic() - started:.1f} s); session {ray_connection.session_dir}"
         )
-        return asyncio.run(_serve(config, endpoints, ray_connection, started, progress))
+        return asyncio.run(_serve(config, endpoints, ray_connection, started, progress, prometheus))
     except (KeyboardInterrupt, SystemExit):
         # SystemExit too: while a Ray node starts, its own SIGTERM handler stops its processes
         # and exits; the rest of the cluster is stopped below either way.
@@ -100,6 +117,7 @@ def run_up(
             if ray_connection is not None:
                 progress("stopping Ray")
                 ray_connection.stop()
+            stop_watchdog(guard)
         signal.signal(signal.SIGTERM, previous)
         progress("stopped")
 
@@ -111,14 +129,18 @@ def run_control_plane(
     host: str,
     port: int | None,
     progress: Progress = print_progress,
+    tls: TlsFiles | None = None,
+    sd_port: int | None = None,
 ) -> int:
     """Run only the control plane until SIGINT or SIGTERM, on an existing or a local Ray cluster.
 
     On an existing cluster the registry (detached) is left running, so a restarted control plane
-    finds the replicas it had; a local cluster is stopped whole.
+    finds the replicas it had; a local cluster is stopped whole. `sd_port` also serves the
+    engines' Prometheus HTTP service discovery (`/sd/engines`) on `host`, with `tls` when given.
     """
     previous = signal.signal(signal.SIGTERM, _interrupt)
     ray_connection: RayConnection | None = None
+    guard = start_watchdog() if ray_address is None else None
     try:
         if ray_address is None:
             progress("starting a local Ray cluster")
@@ -128,10 +150,12 @@ def run_control_plane(
             ray_connection = RayConnection.connect(ray_address)
 
         async def serve() -> None:
-            control_plane = ControlPlane(config, host=host, port=port)
+            control_plane = ControlPlane(config, host=host, port=port, tls=tls, sd_port=sd_port)
             try:
                 bound = await control_plane.start()
                 print(f"orchestrator control plane on {host}:{bound}", flush=True)
+                if control_plane.sd_url is not None:
+                    print(f"engines' service discovery on {control_plane.sd_url}", flush=True)
                 await _until_signal()
             finally:
                 await control_plane.stop(remove_registry=ray_address is None)
@@ -144,6 +168,8 @@ def run_control_plane(
         with _signals_ignored():
             if ray_connection is not None:
                 ray_connection.stop()
+            if guard is not None:
+                stop_watchdog(guard)
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -170,6 +196,8 @@ def _check_ports_free(config: OrchestratorConfig, host: str) -> None:
         "router.grpcPort": (host, config.router.grpc_port),
         "controlPlane.grpcPort": ("127.0.0.1", config.control_plane.grpc_port),
     }
+    if config.control_plane.http_sd_port is not None:
+        wanted["controlPlane.httpSdPort"] = ("127.0.0.1", config.control_plane.http_sd_port)
     for field, (address, port) in wanted.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -198,10 +226,19 @@ async def _serve(
     ray_connection: RayConnection,
     started: float,
     progress: Progress,
+    prometheus_request: PrometheusRequest | None = None,
 ) -> int:
     stopping = asyncio.create_task(_until_signal())
-    control_plane = ControlPlane(config, port=config.control_plane.grpc_port)
+    # With --prometheus, the engines are found through the control plane's service discovery.
+    sd_port = config.control_plane.http_sd_port
+    control_plane = ControlPlane(
+        config,
+        port=config.control_plane.grpc_port,
+        sd_port=(sd_port or 0) if prometheus_request is not None else sd_port,
+    )
     router: subprocess.Popen[bytes] | None = None
+    fabric: EmbeddedFabric | None = None
+    prometheus: LocalPrometheus | None = None
     try:
         progress("starting the control plane (registry, pool reconciler, gRPC)")
         await control_plane.start()
@@ -216,6 +253,32 @@ async def _serve(
         if status is None:
             progress("stopping")
             return 0
+        fabric = EmbeddedFabric(
+            default_fabric_root(endpoints.control_plane),
+            control_plane=endpoints.control_plane,
+            spec=config.fabric_health,
+            host=endpoints.host,
+            first_port=config.exporters.port,
+        )
+        progress("starting the simulated fabric: per node a sysfs tree, exporter, health reporter")
+        try:
+            await fabric.start()
+        except FabricStartFailed as error:
+            raise StartupFailed(f"the simulated fabric did not start: {error}") from None
+        endpoints = replace(endpoints, exporters=tuple(fabric.exporter_urls.items()))
+        if prometheus_request is not None:
+            progress("starting Prometheus: the shipped rules over the router, engines, exporters")
+            try:
+                prometheus = await start_prometheus(
+                    prometheus_request,
+                    router=f"{endpoints.host}:{endpoints.http_port}",
+                    control_plane=control_plane,
+                    fabric=fabric,
+                    latency_scale=config.router.latency_scale or 1.0,
+                )
+            except PrometheusError as error:
+                raise StartupFailed(f"Prometheus did not start: {error}") from None
+            endpoints = replace(endpoints, prometheus=prometheus.url)
         print(
             banner(
                 config, endpoints, status, time.monotonic() - started, ray_connection.session_dir
@@ -235,6 +298,12 @@ async def _serve(
         return 0
     finally:
         stopping.cancel()
+        if prometheus is not None:
+            progress("stopping Prometheus")
+            prometheus.stop()
+        if fabric is not None:
+            progress("stopping the simulated fabric")
+            await fabric.stop()
         if router is not None:
             progress("stopping the router")
             _stop_router(router)
@@ -265,6 +334,7 @@ def _start_router(config: OrchestratorConfig, endpoints: Endpoints) -> subproces
         "--grpc-port", str(endpoints.grpc_port),
         "--profile", config.router.profile,
         "--latency-scale", str(config.router.latency_scale or 1.0),
+        *config.router.admission.router_flags(),
     ]  # fmt: skip
     return subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
 
@@ -376,6 +446,15 @@ def banner(
             f"  control plane   {endpoints.control_plane}  (orchestrator status)",
             f"  metrics         {base}/metrics",
             f"  Ray session     {session_dir}",
+            *(
+                f"  exporter        {url}  (node {node}; orchestrator fault --help)"
+                for node, url in endpoints.exporters
+            ),
+            *(
+                [f"  prometheus      {endpoints.prometheus}  (rules loaded; Grafana: dashboards/)"]
+                if endpoints.prometheus
+                else []
+            ),
             "  pools:",
             *pools,
             "  try:",

@@ -29,7 +29,7 @@ NAMESPACE = "orchestrator-grpc-test"
 
 @pytest.fixture(scope="module")
 def registry() -> Iterator[Any]:
-    ray.init(num_cpus=1, include_dashboard=False, namespace=NAMESPACE)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, namespace=NAMESPACE)
     handle = start_registry(default_config(), namespace=NAMESPACE)
     try:
         yield handle

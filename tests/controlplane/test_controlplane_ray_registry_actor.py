@@ -1,4 +1,5 @@
-"""The Registry actor on a local Ray runtime: what survives a restart; external endpoints."""
+"""The Registry actor on a local Ray runtime: what survives a restart, its errors, external
+replicas (configured or registered over gRPC) and their health checks."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 import ray
 
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
+from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
+from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
+from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, ReplicaState
 from orchestrator.sim.replica import ReplicaSettings, running_replica
@@ -26,7 +33,7 @@ NAMESPACE = "orchestrator-registry-test"
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, include_dashboard=False, namespace=NAMESPACE)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, namespace=NAMESPACE)
     try:
         yield
     finally:
@@ -97,6 +104,94 @@ def test_an_external_endpoint_is_listed_while_it_answers_and_unhealthy_once_it_s
             finally:
                 checker.cancel()
                 ray.kill(registry, no_restart=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_registry_hands_watchers_no_table_until_its_replicas_have_re_registered(
+    local_ray: None,
+) -> None:
+    registry = start_registry(
+        default_config(), name="rebuilding", namespace=NAMESPACE, heartbeat_timeout_s=30.0
+    )
+    replicas = [
+        ReplicaRegistration(f"{pool}-{n}", f"http://127.0.0.1:{9100 + i}", pool, site, generation,
+                            EngineKind.SIM, node="n1")
+        for i, (pool, site, generation, n) in enumerate(
+            [("kr-mi300x", "kr", Generation.MI300X, n) for n in (1, 2)]
+            + [("us-mi355x", "us", Generation.MI355X, n) for n in (1, 2)]
+        )
+    ]  # fmt: skip
+    try:
+        for replica in replicas:
+            ray.get(registry.register_replica.remote(replica), timeout=10)
+        before: RoutingTable = ray.get(registry.snapshot.remote(), timeout=10)
+        ray.kill(registry, no_restart=False)
+        watching = registry.wait_for_version.remote(before.version, 20.0)
+        handed_out, _ = ray.wait([watching], timeout=1.0)
+        assert not handed_out, "a restarted, still empty registry handed a watcher its table"
+        for replica in replicas:
+            ray.get(registry.register_replica.remote(replica), timeout=10)
+        rebuilt: RoutingTable = ray.get(watching, timeout=5)
+        assert {r.replica_id for r in rebuilt.replicas} == {r.replica_id for r in replicas}
+        assert rebuilt.version > before.version
+    finally:
+        ray.kill(registry, no_restart=True)
+
+
+def test_a_refused_registry_call_reaches_the_caller_as_the_canonical_error(
+    local_ray: None,
+) -> None:
+    registry = start_registry(default_config(), name="refusing", namespace=NAMESPACE)
+    try:
+        with pytest.raises(OrchestratorError) as caught:
+            ray.get(registry.scale.remote("no-such-pool", 1), timeout=10)
+        assert caught.value.code is ErrorCode.NOT_FOUND
+        assert "kr-mi300x" in caught.value.message
+    finally:
+        ray.kill(registry, no_restart=True)
+
+
+def test_a_replica_registered_over_grpc_is_health_checked_out_of_and_back_into_the_table(
+    local_ray: None,
+) -> None:
+    """Registered, it stays ready past the heartbeat timeout only because the checker heartbeats
+    it; stopped, it turns unhealthy; restarted on its address, it is ready again."""
+
+    async def scenario() -> None:
+        settings = ReplicaSettings(Generation.MI300X, time_scale=0.0)
+        registry = start_registry(
+            default_config(), name="registered", namespace=NAMESPACE, heartbeat_timeout_s=1.0
+        )
+        server, port = await start_control_plane_server(registry)
+        checker = asyncio.create_task(
+            ExternalReplicaChecker(default_config(), registry, interval_s=0.2).run()
+        )
+        try:
+            async with running_replica(settings) as url:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
+                    await stub.RegisterReplica(
+                        pb.RegisterReplicaRequest(
+                            id="us-vllm-7",
+                            url=url,
+                            pool="us-legacy",
+                            site="us",
+                            generation="MI300X",
+                            engine="sim",
+                        )
+                    )
+                await until(lambda: state_of(registry, "us-vllm-7") is ReplicaState.READY)
+                await asyncio.sleep(2.0)  # twice the heartbeat timeout
+                assert state_of(registry, "us-vllm-7") is ReplicaState.READY
+            await until(lambda: state_of(registry, "us-vllm-7") is ReplicaState.UNHEALTHY)
+            replica_port = int(url.rsplit(":", 1)[1])
+            async with running_replica(settings, port=replica_port):
+                await until(lambda: state_of(registry, "us-vllm-7") is ReplicaState.READY)
+        finally:
+            checker.cancel()
+            await server.stop(grace=None)
+            ray.kill(registry, no_restart=True)
 
     asyncio.run(scenario())
 

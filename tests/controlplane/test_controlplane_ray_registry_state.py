@@ -170,3 +170,42 @@ def test_status_lists_gone_replicas_with_their_heartbeat_age_but_not_in_the_tabl
     assert entry.record.state is ObservedState.GONE
     assert entry.listed is None
     assert entry.heartbeat_age_s == pytest.approx(0.5)
+
+
+def test_a_restarted_registry_is_rebuilt_once_every_pool_has_re_registered_its_size(
+    clock: FakeClock,
+) -> None:
+    restarted = RegistryState(default_config(), now_s=clock, rebuild_s=3.0)
+    for replica_id, pool in (("k1", "kr-mi300x"), ("k2", "kr-mi300x"), ("u1", "us-mi355x")):
+        restarted.register(registration(replica_id, pool))
+        assert not restarted.rebuilt()
+    restarted.register(registration("u2", "us-mi355x"))
+    assert restarted.rebuilt()
+
+
+def test_a_restarted_registry_missing_a_replica_is_rebuilt_when_the_window_ends_and_stays_so(
+    clock: FakeClock,
+) -> None:
+    restarted = RegistryState(default_config(), now_s=clock, rebuild_s=3.0)
+    restarted.register(registration("k1"))
+    clock.now_s += 2.9
+    assert not restarted.rebuilt()
+    clock.now_s += 0.1
+    assert restarted.rebuilt()
+    restarted.deregister("k1")
+    assert restarted.rebuilt()
+
+
+def test_a_first_start_is_rebuilt_from_the_outset(state: RegistryState) -> None:
+    assert state.rebuilt()
+
+
+def test_unplaceable_reasons_show_in_status_and_leave_the_version_alone(
+    state: RegistryState,
+) -> None:
+    version = state.version
+    state.report_unplaceable({"us-mi355x": "no live node is in site 'us'"})
+    assert state.status().unplaceable == {"us-mi355x": "no live node is in site 'us'"}
+    assert state.version == version
+    state.report_unplaceable({})
+    assert state.status().unplaceable == {}

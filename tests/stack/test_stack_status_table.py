@@ -5,6 +5,8 @@ from __future__ import annotations
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator.up.admin import format_status, status_from_pb
 
+UNPLACEABLE = "1 replica of pool 'us-mi355x' fit on no node: no live node is in site 'us'"
+
 
 def response() -> pb.GetStatusResponse:
     def replica(id_: str, pool: str, site: str, generation: str, capacity: float) -> pb.Replica:
@@ -21,7 +23,12 @@ def response() -> pb.GetStatusResponse:
                 name="kr-mi300x", site="kr", generation="MI300X", engine="sim", replicas=2
             ),
             pb.PoolStatus(
-                name="us-mi355x", site="us", generation="MI355X", engine="sim", replicas=1
+                name="us-mi355x",
+                site="us",
+                generation="MI355X",
+                engine="sim",
+                replicas=1,
+                unplaceable=UNPLACEABLE,
             ),
             pb.PoolStatus(name="eu-ext", site="eu", generation="MI300X", engine="external"),
         ],
@@ -63,3 +70,13 @@ def test_the_table_lists_every_site_pool_and_replica_with_capacity_and_load() ->
     ]  # fmt: skip
     eu = next(line for line in text.splitlines() if line.startswith("eu-ext"))
     assert eu.split()[-2:] == ["-", "0"]
+
+
+def test_a_pool_that_cannot_be_placed_says_why_under_the_pools_and_in_json() -> None:
+    status = status_from_pb(response())
+    text = format_status(status)
+    assert f"us-mi355x is below size: {UNPLACEABLE}" in text.splitlines()
+    assert "kr-mi300x is below size" not in text
+    pools = {p["name"]: p for p in status.to_json()["pools"]}
+    assert pools["us-mi355x"]["unplaceable"] == UNPLACEABLE
+    assert pools["kr-mi300x"]["unplaceable"] == ""

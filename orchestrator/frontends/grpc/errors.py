@@ -8,21 +8,11 @@ from typing import Any, Final
 
 import grpc
 
-from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.errors import GRPC_STATUS_NAME, ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import HTTP_STATUS
 
 GRPC_STATUS: Final = MappingProxyType(
-    {
-        ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-        ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-        ErrorCode.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
-        ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-        ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-        ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-        ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-        ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
-    }
+    {code: grpc.StatusCode[name] for code, name in GRPC_STATUS_NAME.items()}
 )
 
 # An error event in an SSE stream carries the HTTP status of its canonical code (see

@@ -166,18 +166,20 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolStatus(_message.Message):
-    __slots__ = ("name", "site", "generation", "engine", "replicas")
+    __slots__ = ("name", "site", "generation", "engine", "replicas", "unplaceable")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    UNPLACEABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     site: str
     generation: str
     engine: str
     replicas: int
-    def __init__(self, name: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., replicas: _Optional[int] = ...) -> None: ...
+    unplaceable: str
+    def __init__(self, name: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., replicas: _Optional[int] = ..., unplaceable: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("id", "pool", "replica", "observed_state", "running", "waiting", "kv_cache_usage", "heartbeat_age_s")
