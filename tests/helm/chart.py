@@ -16,7 +16,9 @@ CHART = ROOT / "deploy" / "helm" / "orchestrator"
 CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 RELEASE = "llm"
 NAMESPACE = "inference"
-CRD_KINDS = frozenset({"RayCluster", "ServiceMonitor", "PodMonitor", "PrometheusRule"})
+CRD_KINDS = frozenset(
+    {"RayCluster", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ScrapeConfig"}
+)
 POD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
 
 

@@ -1,8 +1,8 @@
 """Every rendered object is valid: built-in kinds against Kubernetes' OpenAPI schemas
 (kubernetes-validate, strict: unknown fields are errors) for the oldest and newest Kubernetes it
-ships; RayCluster, ServiceMonitor, PodMonitor and PrometheusRule against their CRDs' schemas
-(fixtures/crds, source noted in each), with the RayCluster's pod templates checked as Kubernetes
-PodTemplates."""
+ships; RayCluster, ServiceMonitor, PodMonitor, PrometheusRule and ScrapeConfig against their
+CRDs' schemas (fixtures/crds, source noted in each), with the RayCluster's pod templates
+checked as Kubernetes PodTemplates."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def test_custom_resources_validate_against_their_crd_schemas(name: str) -> None:
 
 
 def test_the_crd_schemas_catch_a_broken_object() -> None:
-    """The fixtures are not vacuous: a field typo, a bad duration and a missing group fail."""
+    """The fixtures are not vacuous: a field typo, a bad duration, a URL without a scheme and a
+    missing group fail."""
     monitoring = dict(value_sets())["monitoring-on-values"]
     objects = {o["kind"]: o for o in render(monitoring).objects}
     broken_rule: dict[str, Any] = json.loads(json.dumps(objects["PrometheusRule"]))
@@ -90,6 +91,9 @@ def test_the_crd_schemas_catch_a_broken_object() -> None:
     broken_monitor: dict[str, Any] = json.loads(json.dumps(objects["ServiceMonitor"]))
     broken_monitor["spec"]["endpoints"][0]["intervall"] = "15s"
     assert list(crd_validator("ServiceMonitor").iter_errors(broken_monitor))
+    broken_scrape: dict[str, Any] = json.loads(json.dumps(objects["ScrapeConfig"]))
+    broken_scrape["spec"]["httpSDConfigs"][0]["url"] = "llm-orchestrator-control-plane:50053"
+    assert list(crd_validator("ScrapeConfig").iter_errors(broken_scrape))
     kuberay = dict(value_sets())["kuberay-values"]
     (cluster,) = render(kuberay).of_kind("RayCluster")
     del cluster["spec"]["workerGroupSpecs"][0]["groupName"]

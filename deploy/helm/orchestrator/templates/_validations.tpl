@@ -22,6 +22,13 @@
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if eq (int .Values.controlPlane.httpSdPort) (int .Values.controlPlane.grpcPort) }}
+{{- fail (printf "controlPlane.httpSdPort: %d is controlPlane.grpcPort too; the service discovery endpoint needs a port of its own" (int .Values.controlPlane.httpSdPort)) }}
+{{- end }}
+{{- $engines := .Values.monitoring.engines }}
+{{- if and $engines.enabled .Values.controlPlane.tls.enabled (not (and ($engines.tlsConfig | default dict).cert ($engines.tlsConfig | default dict).keySecret)) }}
+{{- fail "controlPlane.tls.enabled: the control plane's service discovery then accepts only clients with a certificate, Prometheus included; give monitoring.engines.tlsConfig a cert and keySecret (or turn monitoring.engines off)" }}
+{{- end }}
 {{- $monitor := .Values.monitoring.serviceMonitor }}
 {{- if and $monitor.enabled .Values.router.tls.clientCaSecret (not ($monitor.tlsConfig | default dict).keySecret) }}
 {{- fail "router.tls.clientCaSecret: the router then accepts only clients with a certificate, Prometheus included; give monitoring.serviceMonitor.tlsConfig a cert and keySecret (or turn the ServiceMonitor off)" }}
