@@ -16,7 +16,7 @@
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
                                           # replicaTls: {caFile, certFile, keyFile} (checks)
-    exporters: {port: 9400}
+    exporters: {port: 9400}               # node k's exporter on port + k; 0: any free ports
     fabricHealth: {holdDownS: 5}          # thresholds of node health (config/fabric_health.py)
 
 What is checked, beyond types (every check names the field, and lists the allowed values):
@@ -109,6 +109,11 @@ def _port(value: int) -> int:
     return value
 
 
+def _port_or_any(value: int) -> int:
+    """A port, or 0 for "any free port"."""
+    return value if value == 0 else _port(value)
+
+
 def _rtt(value: float) -> float:
     if value < 0:
         raise ValueError(f"an RTT must be >= 0 ms, got {value:g}")
@@ -139,6 +144,7 @@ def _endpoint(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(_dns_label)]
 Port = Annotated[int, Field(strict=True), AfterValidator(_port)]
+PortOrAny = Annotated[int, Field(strict=True), AfterValidator(_port_or_any)]
 RttMs = Annotated[float, Field(strict=True, allow_inf_nan=False), AfterValidator(_rtt)]
 Scale = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 EndpointUrl = Annotated[str, AfterValidator(_endpoint)]
@@ -336,7 +342,11 @@ class ControlPlaneSpec(_Strict):
 
 
 class ExportersSpec(_Strict):
-    port: Port = DEFAULT_EXPORTER_PORT
+    """`orchestrator up` serves node k's exporter on `port + k`; `port: 0` lets each exporter pick
+    a free port (the banner and the local Prometheus take the ports actually bound), for tests and
+    busy machines where a run of consecutive free ports cannot be promised."""
+
+    port: PortOrAny = DEFAULT_EXPORTER_PORT
 
 
 class OrchestratorConfig(_Strict):

@@ -180,7 +180,7 @@ class EmbeddedFabric:
                 raise FabricStartFailed(
                     f"the exporter of node {node.name} cannot listen on {self._host}:{port}"
                     f" ({error.strerror}); exporter k listens on exporters.port + k: choose"
-                    " another exporters.port in the config"
+                    " another exporters.port in the config, or 0 for any free ports"
                 ) from None
             node.reporter = HealthReporter(
                 node_key=ray_node,

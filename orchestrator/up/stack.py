@@ -26,6 +26,7 @@ from typing import Final, TypeVar
 from orchestrator.config.schema import OrchestratorConfig
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.embedded_cluster import RayConnection
+from orchestrator.controlplane.placement import node_groups
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.fabric.embedded import EmbeddedFabric, FabricStartFailed
 from orchestrator.fabric.manifest import default_fabric_root
@@ -198,6 +199,11 @@ def _check_ports_free(config: OrchestratorConfig, host: str) -> None:
     }
     if config.control_plane.http_sd_port is not None:
         wanted["controlPlane.httpSdPort"] = ("127.0.0.1", config.control_plane.http_sd_port)
+    if config.exporters.port:
+        # Node k's exporter takes exporters.port + k, one node per (site, generation).
+        for k in range(len(node_groups(config))):
+            field = "exporters.port" if k == 0 else f"exporters.port + {k}"
+            wanted[field] = (host, config.exporters.port + k)
     for field, (address, port) in wanted.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -207,8 +213,9 @@ def _check_ports_free(config: OrchestratorConfig, host: str) -> None:
                 raise OrchestratorError(
                     ErrorCode.INVALID_ARGUMENT,
                     f"{field}: port {port} on {address} is not free ({error.strerror}); "
-                    "is another orchestrator running? choose another port in the config",
-                    param=field,
+                    "is another orchestrator running? choose another port in the config"
+                    + (" (exporters.port: 0 picks free ones)" if "exporters" in field else ""),
+                    param=field.split(" ")[0],  # "exporters.port + 1" is exporters.port
                 ) from None
 
 

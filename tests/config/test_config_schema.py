@@ -248,8 +248,8 @@ def test_a_missing_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
             id="port-out-of-range",
         ),
         pytest.param(
-            good(exporters={"port": 0}),
-            "exporters.port: must be a port number in 1..65535, got 0",
+            good(router={"httpPort": 0}),
+            "router.httpPort: must be a port number in 1..65535, got 0",
             id="port-zero",
         ),
         pytest.param(

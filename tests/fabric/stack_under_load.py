@@ -50,19 +50,6 @@ def free_port() -> int:
             return port
 
 
-def free_port_pair() -> int:
-    """A port p with p + 1 free too (the fabric's exporters listen on consecutive ports)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
-
-
 @dataclass
 class RunningStack:
     process: subprocess.Popen[str]
@@ -107,7 +94,7 @@ def write_config(directory: Path) -> Path:
         ],
         "router": {"httpPort": free_port(), "grpcPort": free_port()},
         "controlPlane": {"grpcPort": free_port()},
-        "exporters": {"port": free_port_pair()},
+        "exporters": {"port": 0},  # free ports; the banner names them
     }
     path = directory / "orchestrator.yaml"
     path.write_text(yaml.safe_dump(config))
