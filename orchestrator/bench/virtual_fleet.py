@@ -1,17 +1,23 @@
 """A fleet in virtual time: simulated replicas behind the real routing profile and estimator.
 
-No sockets and no sleeping. Requests arrive on a schedule; each goes where the profile decides,
-using the same `FleetState`, plugins and `CapacityEstimator` the router runs; every replica is a
-`SimBatcher` on the fleet model; replicas are "scraped" once a second of simulated time. What
-comes out is per-replica output tokens, latencies and the estimator's capacity over time.
+No sockets and no sleeping. Requests arrive on a schedule (open loop) or whenever the client's
+window has room (closed loop, as an Offline harness keeps its queue full); each goes where the
+profile decides, using the same `FleetState`, plugins and `CapacityEstimator` the router runs;
+every replica is a `SimBatcher` on the fleet model; replicas are "scraped" once a second of
+simulated time. Time jumps from event to event (an arrival, a step's end, a scrape) through one
+heap, so the cost grows with steps and requests, not with replicas × events.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from array import array
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from orchestrator.bench.fast_step_cost import PrecomputedStepCost
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, Replica, ReplicaLoad
 from orchestrator.fleet.step_cost import StepCostModel
@@ -46,8 +52,7 @@ class Arrival:
 class _Engine:
     replica: Replica
     batcher: SimBatcher
-    clock_s: float = 0.0
-    step_end_s: float | None = None
+    busy: bool = False  # a step is scheduled on the heap
     generated: int = 0
     prompted: int = 0
     output_tokens: int = 0
@@ -62,16 +67,41 @@ class CapacitySample:
 
 @dataclass(frozen=True, slots=True)
 class FleetRun:
-    """Per replica: output tokens and finished requests; capacity estimates every scrape."""
+    """Per replica: output tokens and finished requests; capacity estimates every scrape.
+
+    `ttfts_s` and `tpots_s` hold the latencies of requests that arrived at or after the run's
+    `measure_from_s`: TTFT as each first token comes out, TPOT as each request of more than one
+    token finishes. `end_s` is when the last request finished (or the stop time); `first_tokens`
+    counts measured requests that got their first token. `requests` is empty unless kept.
+    """
 
     output_tokens: dict[str, int]
     requests: dict[str, list[SimRequest]]
     capacity: list[CapacitySample]
     generation_of: dict[str, Generation]
+    pool_of: dict[str, str] = field(default_factory=dict)
+    ttfts_s: Sequence[float] = ()
+    tpots_s: Sequence[float] = ()
+    end_s: float = 0.0
+    finished: int = 0
+    first_tokens: int = 0
+    steps: int = 0
 
     def share(self, replica_id: str) -> float:
         total = sum(self.output_tokens.values())
         return self.output_tokens[replica_id] / total if total else 0.0
+
+    def pool_shares(self) -> dict[str, float]:
+        """Each pool's share of the output tokens, in [0, 1]."""
+        total = sum(self.output_tokens.values())
+        shares: dict[str, float] = {}
+        for replica_id, tokens in self.output_tokens.items():
+            pool = self.pool_of.get(replica_id, replica_id)
+            shares[pool] = shares.get(pool, 0.0) + (tokens / total if total else 0.0)
+        return shares
+
+
+_STEP, _SCRAPE, _ARRIVAL = 0, 1, 2  # order of events due at the same instant
 
 
 class VirtualFleet:
@@ -85,10 +115,14 @@ class VirtualFleet:
         target_ttft_s: float = 3.0,
         target_tpot_s: float = 0.080,
         prompt_to_output: float | None = None,
+        keep_requests: bool = True,
+        record_capacity: bool = True,
     ) -> None:
         self.profile = profile
         self.target_ttft_s = target_ttft_s
         self.target_tpot_s = target_tpot_s
+        self.keep_requests = keep_requests
+        self.record_capacity = record_capacity
         records = tuple(
             Replica(
                 replica_id=spec.replica_id, url=f"virtual://{spec.replica_id}", model=MODEL,
@@ -105,10 +139,37 @@ class VirtualFleet:
         self.estimator = CapacityEstimator(
             target_ttft_s=target_ttft_s, target_tpot_s=target_tpot_s, **extra
         )
-        self.engines = {
-            r.replica_id: _Engine(r, SimBatcher(StepCostModel.for_generation(r.generation)))
-            for r in records
-        }
+        costs: dict[Generation, StepCostModel] = {}
+        for r in records:
+            if r.generation not in costs:
+                costs[r.generation] = PrecomputedStepCost(
+                    StepCostModel.for_generation(r.generation)
+                )
+        self.engines = {r.replica_id: _Engine(r, SimBatcher(costs[r.generation])) for r in records}
+        self._heap: list[tuple[float, int, int, _Engine | None]] = []
+        self._order = itertools.count()
+        self._ttfts = array("d")
+        self._tpots = array("d")
+        self._measure_from_s = 0.0
+        self._in_flight = 0
+        self._finished = 0
+        self._steps = 0
+        self._last_finish_s = 0.0
+        self._stop = False
+
+    def stop(self) -> None:
+        """End the run at the current event (from `on_scrape`: an overloaded probe, say)."""
+        self._stop = True
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued inside the engines, not yet admitted to a batch."""
+        return sum(e.batcher.num_waiting for e in self.engines.values())
+
+    @property
+    def generated_tokens(self) -> int:
+        """Output tokens the engines have generated so far (finished requests or not)."""
+        return sum(e.generated for e in self.engines.values())
 
     def run(
         self,
@@ -116,43 +177,79 @@ class VirtualFleet:
         *,
         until_s: float | None = None,
         on_scrape: Callable[[float, VirtualFleet], None] | None = None,
+        window: int | None = None,
+        window_ramp_s: float = 0.0,
+        measure_from_s: float = 0.0,
     ) -> FleetRun:
-        """Serve `arrivals` (sorted by time); stop at `until_s` or when all have finished."""
+        """Serve `arrivals` until all have finished, or stop at `until_s`.
+
+        Open loop (`window` None): each arrives at its `at_s` (sorted by time). Closed loop: the
+        client keeps `window` requests in flight and sends the next, in order, the moment one
+        finishes; `at_s` is ignored. The window opens linearly over `window_ramp_s` (a slow
+        start, so the first scrapes can show what each replica sustains before it is filled).
+        Latencies count for requests arriving from `measure_from_s`.
+        """
+        if window is not None and window < 1:
+            raise ValueError("window must be at least 1")
         end = until_s if until_s is not None else float("inf")
+        self._measure_from_s = measure_from_s
         samples: list[CapacitySample] = []
-        pending = list(arrivals)
-        index, next_scrape = 0, SCRAPE_INTERVAL_S
+        queue = deque(arrivals)
+        heap = self._heap
+        next_scrape = SCRAPE_INTERVAL_S
+        now = 0.0
         while True:
-            next_arrival = pending[index].at_s if index < len(pending) else float("inf")
-            now = min(next_arrival, next_scrape)
-            busy = any(e.batcher.has_work for e in self.engines.values())
-            if now > end or (now == float("inf")) or (index >= len(pending) and not busy):
+            if window is None:
+                next_arrival = queue[0].at_s if queue else float("inf")
+            elif not queue:
+                next_arrival = float("inf")
+            elif window_ramp_s > 0 and now < window_ramp_s:
+                opens_at = (self._in_flight + 1) / window * window_ramp_s
+                next_arrival = max(now, opens_at) if opens_at < window_ramp_s else now
+                if self._in_flight >= window:
+                    next_arrival = float("inf")
+            else:
+                next_arrival = now if self._in_flight < window else float("inf")
+            next_step = heap[0][0] if heap else float("inf")
+            if not queue and not heap:
                 break
-            for engine in self.engines.values():
-                self._advance(engine, now)
-            if now == next_scrape:
+            now = min(next_arrival, next_scrape, next_step)
+            if now > end or self._stop:
+                break
+            if next_step <= now:
+                _, _, _, engine = heapq.heappop(heap)
+                self._finish_step(engine, now)  # type: ignore[arg-type]
+            elif next_scrape <= now:
                 self._scrape(now)
-                samples.append(
-                    CapacitySample(
-                        now,
-                        {
-                            rid: self.state.stats(rid).capacity_tokens_per_s  # type: ignore[union-attr]
-                            for rid in self.engines
-                        },
-                    )
-                )
+                if self.record_capacity:
+                    samples.append(CapacitySample(now, self._capacities()))
                 if on_scrape is not None:
                     on_scrape(now, self)
                 next_scrape += SCRAPE_INTERVAL_S
-                continue
-            self._route(pending[index], now)
-            index += 1
+            else:
+                arrival = queue.popleft()
+                self._route(arrival, now)
         return FleetRun(
             output_tokens={rid: e.output_tokens for rid, e in self.engines.items()},
             requests={rid: e.requests for rid, e in self.engines.items()},
             capacity=samples,
             generation_of={rid: e.replica.generation for rid, e in self.engines.items()},
+            pool_of={rid: e.replica.pool for rid, e in self.engines.items()},
+            ttfts_s=self._ttfts,
+            tpots_s=self._tpots,
+            end_s=min(now, end) if queue or heap else self._last_finish_s,
+            finished=self._finished,
+            first_tokens=len(self._ttfts),
+            steps=self._steps,
         )
+
+    def _capacities(self) -> dict[str, float]:
+        out = {}
+        for rid in self.engines:
+            stats = self.state.stats(rid)
+            if stats is not None:
+                out[rid] = stats.capacity_tokens_per_s
+        return out
 
     def _route(self, arrival: Arrival, now: float) -> None:
         ctx = RequestContext(
@@ -161,35 +258,48 @@ class VirtualFleet:
         view = RoutingView(self.table, self.target_ttft_s, self.target_tpot_s, now)
         decision = self.profile.decide(ctx, view, self.state.candidates(self.table))
         engine = self.engines[decision.primary.replica_id]
-        if not engine.batcher.has_work:
-            engine.clock_s = now
         request = SimRequest(arrival.prompt_tokens, arrival.output_tokens, now)
         engine.batcher.submit(request)
-        engine.requests.append(request)
+        if self.keep_requests:
+            engine.requests.append(request)
         self.state.started(engine.replica)
+        self._in_flight += 1
+        if not engine.busy:
+            self._plan(engine, now)
 
-    def _advance(self, engine: _Engine, until_s: float) -> None:
-        batcher = engine.batcher
-        while batcher.has_work:
-            if engine.step_end_s is None:
-                engine.step_end_s = engine.clock_s + batcher.plan_step().duration_s
-            if engine.step_end_s > until_s:
-                return
-            engine.clock_s, engine.step_end_s = engine.step_end_s, None
-            outcome = batcher.finish_step(engine.clock_s)
-            engine.generated += outcome.tokens_generated
-            engine.prompted += outcome.prompt_tokens_computed
-            for request in outcome.finished:
-                engine.output_tokens += request.output_tokens
-                tpot = (
-                    (engine.clock_s - request.first_token_s) / (request.output_tokens - 1)
-                    if request.first_token_s is not None and request.output_tokens > 1
-                    else None
-                )
-                self.state.finished(
-                    engine.replica, ok=True, output_tokens=request.output_tokens, tpot_s=tpot
-                )
-        engine.clock_s = max(engine.clock_s, until_s)
+    def _plan(self, engine: _Engine, now: float) -> None:
+        duration = engine.batcher.plan_step().duration_s
+        engine.busy = True
+        heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
+
+    def _finish_step(self, engine: _Engine, now: float) -> None:
+        engine.busy = False
+        outcome = engine.batcher.finish_step(now)
+        self._steps += 1
+        engine.generated += outcome.tokens_generated
+        engine.prompted += outcome.prompt_tokens_computed
+        measure_from = self._measure_from_s
+        for request in outcome.first_tokens:
+            if request.arrival_s >= measure_from:
+                self._ttfts.append(now - request.arrival_s)
+        for request in outcome.finished:
+            engine.output_tokens += request.output_tokens
+            first = request.first_token_s
+            tpot = (
+                (now - first) / (request.output_tokens - 1)
+                if first is not None and request.output_tokens > 1
+                else None
+            )
+            if tpot is not None and request.arrival_s >= measure_from:
+                self._tpots.append(tpot)
+            self.state.finished(
+                engine.replica, ok=True, output_tokens=request.output_tokens, tpot_s=tpot
+            )
+            self._in_flight -= 1
+            self._finished += 1
+            self._last_finish_s = now
+        if engine.batcher.has_work:
+            self._plan(engine, now)
 
     def _scrape(self, now: float) -> None:
         for replica_id, engine in self.engines.items():
@@ -212,10 +322,9 @@ def poisson_arrivals(
     """Arrivals at `rate_per_s` for `duration_s`; `lengths()` gives (prompt, output) tokens."""
     out: list[Arrival] = []
     now = 0.0
-    for _ in itertools.count():
+    while True:
         now += draw_gap(rate_per_s)
         if now > duration_s:
             return out
         prompt, output = lengths()
         out.append(Arrival(now, prompt, output))
-    return out

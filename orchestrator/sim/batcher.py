@@ -172,6 +172,10 @@ class SimBatcher:
         decode_context = (
             self._decode_prompt_sum + decode_sequences * (1 + self.steps) - self._decode_start_sum
         )
+        if not self._prefilling and not self._waiting:  # decode only: most steps, kept cheap
+            work = StepWork(decode_sequences, decode_context, 0)
+            self._plan = StepPlan(self.cost.step_time_s(work), work, [], preempted)
+            return self._plan
         budget = self.max_num_batched_tokens - decode_sequences
         free_kv = self.kv_capacity_tokens - self.kv_used_tokens - decode_sequences
         chunks: list[tuple[SimRequest, int]] = []

@@ -1,0 +1,1 @@
+"""MLCommons LoadGen over our endpoint: a streaming SUT, a synthetic dataset, reports."""

@@ -1,0 +1,1 @@
+"""Virtual-time fleet simulation: Offline and Server scenarios over the real routing profiles."""
