@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator.cli import bench, exporter, fault, tls
+from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
+from orchestrator.cli.arg_types import port as _port
+from orchestrator.cli.arg_types import positive_int as _positive_int
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
@@ -37,16 +40,6 @@ def _time_scale(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"time scale must be >= 0 (0 = no delay), got {raw}")
-    return value
-
-
-def _port(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {raw!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
     return value
 
 
@@ -113,16 +106,6 @@ def _positive_float(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {raw}")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
@@ -329,16 +312,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
         return f"pool {args.pool}: desired size {args.replicas}"
 
     return _operator(scale)(args)
-
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -10,19 +10,10 @@ from pathlib import Path
 from types import FrameType
 
 from orchestrator.cli import tls
+from orchestrator.cli.arg_types import port as _port
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 
 DEFAULT_PORT = 9400
-
-
-def _port(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {raw!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
-    return value
 
 
 def _label_value(raw: str) -> str:

@@ -10,28 +10,10 @@ from orchestrator.admission.settings import (
     DEFAULT_QUEUE_TIMEOUT_S,
     AdmissionSettings,
 )
+from orchestrator.cli.arg_types import non_negative_float as _non_negative_float
+from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
 from orchestrator.frontends.http.app import DEFAULT_STREAM_BUFFER_BYTES
 from orchestrator.routing.context import Priority
-
-
-def _non_negative_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _non_negative_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _share(raw: str) -> float:
