@@ -467,7 +467,8 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         return None
-    return uvloop.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def settle(urls: Sequence[str], timeout_s: float = 120.0) -> None:
