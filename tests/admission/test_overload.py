@@ -24,7 +24,7 @@ def fleet_urls() -> Iterator[list[str]]:
         yield urls
 
 
-def assert_well_behaved(run: RunResult) -> None:
+def assert_well_behaved(run: RunResult, *, mostly_at_once: bool) -> None:
     assert len(run.admitted()) + len(run.refused()) == len(run.outcomes), [
         (o.status, o.failure) for o in run.outcomes if o.status not in (200, 429)
     ]
@@ -34,7 +34,8 @@ def assert_well_behaved(run: RunResult) -> None:
     for outcome in run.refused():
         assert outcome.retry_after is not None and int(outcome.retry_after) >= 1
     refused_s = [o.answered_s for o in run.refused()]
-    assert statistics.median(refused_s) < 1.0  # most are refused at once ...
+    if mostly_at_once:  # with one class, what cannot be served is refused at once ...
+        assert statistics.median(refused_s) < 1.0
     assert max(refused_s) < QUEUE_TIMEOUT_S + GENEROUS_S  # ... and none waits for ever
 
 
@@ -45,7 +46,7 @@ def test_at_three_times_capacity_the_excess_is_refused_quickly_and_the_rest_serv
     run = run_once("on", FLEET, fleet_urls, LoadSpec(load=3.0, duration_s=6.0, drain_s=60.0),
                    admission=True)  # fmt: skip
     assert run.admitted() and run.refused()
-    assert_well_behaved(run)
+    assert_well_behaved(run, mostly_at_once=True)
     # Admission keeps the replica near its capacity: far fewer admitted than offered.
     assert len(run.admitted()) < 0.75 * len(run.outcomes)
 
@@ -54,7 +55,9 @@ def test_at_three_times_capacity_the_excess_is_refused_quickly_and_the_rest_serv
 def test_under_pressure_batch_absorbs_the_refusals(fleet_urls: list[str]) -> None:
     load = LoadSpec(load=2.0, duration_s=6.0, batch_share=0.5, drain_s=60.0, seed=1)
     run = run_once("priorities", FLEET, fleet_urls, load, admission=True)
-    assert_well_behaved(run)
+    # Batch requests may wait in the queue for room that interactive ones then take, so here a
+    # refusal may come at the queue timeout; none may wait longer.
+    assert_well_behaved(run, mostly_at_once=False)
     refused_share = {p: len(run.refused(p)) / max(1, len(run.of(p))) for p in ("interactive",
                                                                              "batch")}  # fmt: skip
     assert refused_share["batch"] > refused_share["interactive"], refused_share
