@@ -49,3 +49,15 @@ class PrecomputedStepCost(StepCostModel):
             + prefill * per_prefill
             + work.prefill_attention_pairs * per_pair
         )
+
+    def decode_step_time_s(self, sequences: int, context_tokens: float) -> float:
+        """`step_time_s(StepWork(sequences, context_tokens, 0))` without building the `StepWork`.
+
+        The same operations in the same order; the prefill terms it leaves out add exact zeros.
+        """
+        if sequences <= 0:
+            return 0.0
+        keep, fixed, experts, bandwidth, sliding, per_kv, _, _, _ = self._constants
+        kv_tokens = context_tokens + sequences * sliding
+        weight_s = (fixed + experts * (1.0 - keep**sequences)) / bandwidth
+        return weight_s + kv_tokens * per_kv

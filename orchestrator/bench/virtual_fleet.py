@@ -217,8 +217,11 @@ class VirtualFleet:
             if now > end or self._stop:
                 break
             if next_step <= now:
-                _, _, _, engine = heapq.heappop(heap)
-                self._finish_step(engine, now)  # type: ignore[arg-type]
+                if window is None:  # arrivals and scrapes stay put while steps finish
+                    now = self._run_steps(now, min(next_arrival, next_scrape, end))
+                else:
+                    _, _, _, engine = heapq.heappop(heap)
+                    self._finish_step(engine, now)  # type: ignore[arg-type]
             elif next_scrape <= now:
                 self._scrape(now)
                 if self.record_capacity:
@@ -242,6 +245,19 @@ class VirtualFleet:
             first_tokens=len(self._ttfts),
             steps=self._steps,
         )
+
+    def _run_steps(self, now: float, limit: float) -> float:
+        """Finish every step due up to `limit` in time order; the last one's time.
+
+        What the main loop would do event by event, without its bookkeeping in between.
+        """
+        heap, finish_step, pop = self._heap, self._finish_step, heapq.heappop
+        while True:
+            engine = pop(heap)[3]
+            finish_step(engine, now)  # type: ignore[arg-type]
+            if not heap or heap[0][0] > limit:
+                return now
+            now = heap[0][0]
 
     def _capacities(self) -> dict[str, float]:
         out = {}
@@ -274,7 +290,8 @@ class VirtualFleet:
 
     def _finish_step(self, engine: _Engine, now: float) -> None:
         engine.busy = False
-        outcome = engine.batcher.finish_step(now)
+        batcher = engine.batcher
+        outcome = batcher.finish_step(now)
         self._steps += 1
         engine.generated += outcome.tokens_generated
         engine.prompted += outcome.prompt_tokens_computed
@@ -282,7 +299,16 @@ class VirtualFleet:
         for request in outcome.first_tokens:
             if request.arrival_s >= measure_from:
                 self._ttfts.append(now - request.arrival_s)
-        for request in outcome.finished:
+        if outcome.finished:
+            self._account_finished(engine, outcome.finished, now)
+        if batcher.has_work:
+            duration = batcher.plan_step().duration_s
+            engine.busy = True
+            heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
+
+    def _account_finished(self, engine: _Engine, finished: list[SimRequest], now: float) -> None:
+        measure_from = self._measure_from_s
+        for request in finished:
             engine.output_tokens += request.output_tokens
             first = request.first_token_s
             tpot = (
@@ -298,8 +324,6 @@ class VirtualFleet:
             self._in_flight -= 1
             self._finished += 1
             self._last_finish_s = now
-        if engine.batcher.has_work:
-            self._plan(engine, now)
 
     def _scrape(self, now: float) -> None:
         for replica_id, engine in self.engines.items():

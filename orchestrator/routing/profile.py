@@ -162,7 +162,7 @@ class Profile:
         primary = ordered[0].replica
         for observer in self._state.observers:
             observer.on_routed(ctx, primary)
-        fallbacks = tuple(c.replica for c in ordered[1:limit])
+        fallbacks = tuple([c.replica for c in ordered[1:limit]])
         return Decision(primary=primary, fallbacks=fallbacks, profile=self.name)
 
     def _eligible(
@@ -213,9 +213,11 @@ class Profile:
         self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
     ) -> list[Candidate]:
         chosen = self._state.rng.sample(eligible, self.sample_size)
-        seen = {id(c) for c in chosen}
+        seen: set[int] | None = None  # built at the first nominee: often there is none
         for nominator in self._state.nominators:
             for candidate in nominator.nominate(ctx, view, eligible):
+                if seen is None:
+                    seen = {id(c) for c in chosen}
                 if id(candidate) not in seen:
                     seen.add(id(candidate))
                     chosen.append(candidate)
@@ -229,10 +231,13 @@ class Profile:
         total = [0.0] * len(candidates)
         weights = 0.0
         for step in self.scorers:
-            scores = step.plugin.score(ctx, view, candidates)
-            weights += step.weight
-            for index, value in enumerate(scores):
-                total[index] += step.weight * min(1.0, max(0.0, value))
+            weight = step.weight
+            weights += weight
+            # min(1.0, max(0.0, value)) without the calls (NaN clamps to 0.0 either way)
+            total = [
+                t + weight * (1.0 if v > 1.0 else v if v > 0.0 else 0.0)
+                for t, v in zip(total, step.plugin.score(ctx, view, candidates), strict=True)
+            ]
         return [value / weights for value in total] if weights > 0 else total
 
     @staticmethod

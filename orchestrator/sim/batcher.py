@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.fleet.step_cost import StepCostModel, StepWork
@@ -53,12 +54,28 @@ class SimRequest:
 
 @dataclass(slots=True)
 class StepPlan:
-    """What the next step computes; `duration_s` is simulated (unscaled) seconds."""
+    """What the next step computes; `duration_s` is simulated (unscaled) seconds.
+
+    `work` is built on demand for a decode-only step (`prefill_work` None): most steps are, and
+    the virtual-time fleet never asks for it, which saves an object per step.
+    """
 
     duration_s: float
-    work: StepWork
+    decode_sequences: int
+    decode_context_tokens: float
     prefill_chunks: list[tuple[SimRequest, int]]
     preempted: list[SimRequest]
+    prefill_work: StepWork | None = None
+
+    @property
+    def work(self) -> StepWork:
+        if self.prefill_work is not None:
+            return self.prefill_work
+        return StepWork(self.decode_sequences, self.decode_context_tokens, 0)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return 0 if self.prefill_work is None else self.prefill_work.prefill_tokens
 
 
 @dataclass(slots=True)
@@ -98,6 +115,10 @@ class SimBatcher:
         self._decode_prompt_sum = 0  # sum of prompt tokens over decoding
         self._prefill_kv = 0  # KV tokens held by sequences in prefill
         self._plan: StepPlan | None = None
+        # A cost model may time a decode-only step without a `StepWork` (same arithmetic).
+        self._decode_step_time_s: Callable[[int, float], float] = getattr(
+            cost, "decode_step_time_s", self._decode_step_time_from_work
+        )
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -167,14 +188,28 @@ class SimBatcher:
         """Decide the next step. Call `finish_step()` before planning another."""
         if self._plan is not None:
             raise RuntimeError("plan_step() called twice without finish_step()")
-        preempted = self._make_room_for_decode()
         decode_sequences = len(self._decoding)
         decode_context = (
             self._decode_prompt_sum + decode_sequences * (1 + self.steps) - self._decode_start_sum
         )
+        kv_used = (  # `kv_used_tokens`, written out: this runs every step
+            decode_context
+            + self._prefill_kv
+            + (decode_sequences + len(self._prefilling)) * self._sliding_tokens
+        )
+        if decode_sequences and kv_used + decode_sequences > self.kv_capacity_tokens:
+            preempted = self._make_room_for_decode()
+            decode_sequences = len(self._decoding)
+            decode_context = (
+                self._decode_prompt_sum
+                + decode_sequences * (1 + self.steps)
+                - self._decode_start_sum
+            )
+        else:
+            preempted = []  # the usual case, without the call
         if not self._prefilling and not self._waiting:  # decode only: most steps, kept cheap
-            work = StepWork(decode_sequences, decode_context, 0)
-            self._plan = StepPlan(self.cost.step_time_s(work), work, [], preempted)
+            duration = self._decode_step_time_s(decode_sequences, decode_context)
+            self._plan = StepPlan(duration, decode_sequences, decode_context, [], preempted)
             return self._plan
         budget = self.max_num_batched_tokens - decode_sequences
         free_kv = self.kv_capacity_tokens - self.kv_used_tokens - decode_sequences
@@ -221,7 +256,9 @@ class SimBatcher:
             prefill_prior_tokens=prior,
             prefill_attention_pairs=pairs,
         )
-        self._plan = StepPlan(self.cost.step_time_s(work), work, chunks, preempted)
+        self._plan = StepPlan(
+            self.cost.step_time_s(work), decode_sequences, decode_context, chunks, preempted, work
+        )
         return self._plan
 
     def finish_step(self, now_s: float) -> StepOutcome:
@@ -247,23 +284,24 @@ class SimBatcher:
                     first_tokens.append(request)
                 prefills_completed += 1
                 self._start_decoding(request)
-        while self._finish_heap and self._finish_heap[0][0] <= self.steps:
-            _, epoch, _, request = heapq.heappop(self._finish_heap)
+        heap, steps = self._finish_heap, self.steps
+        while heap and heap[0][0] <= steps:
+            _, epoch, _, request = heapq.heappop(heap)
             if request.state != "decoding" or epoch != request._epoch:
                 continue  # preempted or aborted since it was scheduled
             self._remove_decoding(request)
             request.state = "finished"
             request.finish_s = now_s
             finished.append(request)
-        return StepOutcome(
-            first_tokens=first_tokens,
-            finished=finished,
-            preempted=plan.preempted,
-            tokens_generated=plan.work.decode_sequences + prefills_completed,
-            prompt_tokens_computed=plan.work.prefill_tokens,
-        )
+        return StepOutcome(  # first_tokens, finished, preempted, tokens, prompt tokens
+            first_tokens, finished, plan.preempted,
+            plan.decode_sequences + prefills_completed, plan.prefill_tokens,
+        )  # fmt: skip
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _decode_step_time_from_work(self, sequences: int, context_tokens: float) -> float:
+        return self.cost.step_time_s(StepWork(sequences, context_tokens, 0))
 
     @staticmethod
     def _prefill_target(request: SimRequest) -> int:

@@ -116,6 +116,15 @@ def test_precomputed_step_cost_matches_the_fleet_model() -> None:
             work = StepWork(rng.randint(0, 1024), rng.random() * 5e6, rng.randint(0, 8192),
                             rng.random() * 1e4, rng.random() * 1e7)  # fmt: skip
             assert fast.step_time_s(work) == pytest.approx(base.step_time_s(work), rel=1e-12)
+        for _ in range(200):
+            sequences, context = rng.randint(0, 1024), rng.random() * 5e6
+            decode_only = StepWork(sequences, context, 0, 0.0, 0.0)
+            # the simulation's fast path gives exactly what the general one gives ...
+            assert fast.decode_step_time_s(sequences, context) == fast.step_time_s(decode_only)
+            # ... which is the fleet model's step time up to rounding
+            assert fast.decode_step_time_s(sequences, context) == pytest.approx(
+                base.step_time_s(decode_only), rel=1e-12
+            )
 
 
 def test_simulate_prints_a_table_with_each_profile(capsys: pytest.CaptureFixture[str]) -> None:

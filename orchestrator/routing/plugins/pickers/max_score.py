@@ -51,8 +51,9 @@ class MaxScorePicker:
         wanted = len(candidates) if limit is None else min(limit, len(candidates))
         if wanted <= 1:
             return [candidates[first]]
-        rest = sorted(
+        rest = sorted(  # stable, so equal scores keep input order
             (i for i in range(len(candidates)) if i != first),
-            key=lambda i: -scores[i],
+            key=scores.__getitem__,
+            reverse=True,
         )
         return [candidates[first], *(candidates[i] for i in rest[: wanted - 1])]

@@ -10,7 +10,7 @@ from pydantic import Field
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
-from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisation
+from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisations
 
 
 class _Params(PluginParamsModel):
@@ -52,5 +52,5 @@ class CapacityHeadroomScorer:
     def score(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
-        target, factor = view.target_tpot_s, self.degraded_capacity_factor
-        return [1.0 / (1.0 + utilisation(c, target, factor)) for c in candidates]
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return [1.0 / (1.0 + rho) for rho in rhos]

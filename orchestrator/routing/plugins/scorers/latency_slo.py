@@ -12,9 +12,10 @@ from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
-    predicted_tpot_s,
-    predicted_ttft_s,
-    utilisation,
+    MAX_PREDICTED_UTILISATION,
+    UNKNOWN_TPOT_FRACTION,
+    UNKNOWN_TTFT_FRACTION,
+    utilisations,
 )
 
 
@@ -56,13 +57,23 @@ class LatencySloScorer:
     def score(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
-        return [self._score(c, view) for c in candidates]
-
-    def _score(self, candidate: Candidate, view: RoutingView) -> float:
-        rho = utilisation(candidate, view.target_tpot_s, self.degraded_capacity_factor)
-        ttft = _within(view.target_ttft_s, predicted_ttft_s(candidate, view, rho))
-        tpot = _within(view.target_tpot_s, predicted_tpot_s(candidate, view, rho))
-        return ttft * tpot
+        # `predicted_ttft_s` and `predicted_tpot_s` written out: this runs for every candidate.
+        target_ttft, target_tpot = view.target_ttft_s, view.target_tpot_s
+        rhos = utilisations(candidates, target_tpot, self.degraded_capacity_factor)
+        scores = []
+        for candidate, rho in zip(candidates, rhos, strict=True):
+            stats = candidate.stats
+            ttft_base = stats.ttft_s
+            if ttft_base is None:
+                ttft_base = target_ttft * UNKNOWN_TTFT_FRACTION
+            tpot_base = stats.tpot_s
+            if tpot_base is None:
+                tpot_base = target_tpot * UNKNOWN_TPOT_FRACTION
+            capped = MAX_PREDICTED_UTILISATION if rho > MAX_PREDICTED_UTILISATION else rho
+            ttft = ttft_base / (1.0 - capped)
+            tpot = tpot_base * (1.0 + rho)
+            scores.append(_within(target_ttft, ttft) * _within(target_tpot, tpot))
+        return scores
 
 
 def _within(target_s: float, predicted_s: float) -> float:

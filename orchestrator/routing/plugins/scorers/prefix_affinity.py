@@ -16,7 +16,7 @@ from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
-from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisation
+from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisations
 from orchestrator.table.snapshot import RoutingTable
 
 DEFAULT_LOAD_FACTOR = 0.25
@@ -122,22 +122,15 @@ class PrefixAffinityScorer:
         if ctx.prefix_hash is None:
             return [NO_PREFIX_SCORE] * len(candidates)
         point = prefix_point(ctx.prefix_hash)
-        rhos = [
-            utilisation(c, view.target_tpot_s, self.degraded_capacity_factor) for c in candidates
-        ]
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
         bound = (1.0 + self.load_factor) * sum(rhos) / len(rhos)
         scores = [0.0] * len(candidates)
         largest = self._largest.get(view.table, _largest_capacity)
-        by_preference = sorted(
-            range(len(candidates)),
-            key=lambda i: ring_distance(
-                point,
-                ring_points(
-                    candidates[i].replica.replica_id,
-                    self._points(candidates[i].replica, largest),
-                ),
-            ),
-        )
+        distances = [
+            ring_distance(point, ring_points(r.replica_id, self._points(r, largest)))
+            for r in (c.replica for c in candidates)
+        ]
+        by_preference = sorted(range(len(candidates)), key=distances.__getitem__)
         for index in by_preference:
             if rhos[index] <= bound:
                 scores[index] = 1.0

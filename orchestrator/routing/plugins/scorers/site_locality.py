@@ -17,7 +17,7 @@ from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
     predicted_ttft_s,
-    utilisation,
+    utilisations,
 )
 
 DEFAULT_MARGIN_S = 0.05
@@ -111,8 +111,8 @@ class SiteLocalityScorer:
             return [1.0] * len(candidates)
         best_local = math.inf
         best_remote: dict[str, float] = {}
-        for candidate in candidates:
-            rho = utilisation(candidate, view.target_tpot_s, self.degraded_capacity_factor)
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        for candidate, rho in zip(candidates, rhos, strict=True):
             ttft = predicted_ttft_s(candidate, view, rho)
             site = candidate.replica.site
             if site == client:
