@@ -9,12 +9,13 @@ skipped:
 
 A line may give the key itself or `sha256:<hex digest>` of it, so the file need not hold secrets.
 `id` names the key in metrics and logs (default `key-` and the digest's first 8 hex digits); the
-key never appears there. A limit left out is unlimited. A presented key's digest is compared with
-every stored digest (`hmac.compare_digest`), so the time taken says nothing about which key is
-close. The file is stat'ed at most every `reload_interval_s` on use; a changed file (mtime, size
-or inode, which also catches a Secret's `..data` symlink swap) is re-read, and a file that no
-longer parses keeps the previous keys (logged). A removed key is refused from the first request
-after that reload.
+key never appears there. A limit left out is unlimited; a burst must be at least 1 and comes
+with its rate (`burst` with `rps`, `token_burst` with `tokens_per_s`). A presented key's digest
+is compared with every stored digest (`hmac.compare_digest`), so the time taken says nothing
+about which key is close. The file is stat'ed at most every `reload_interval_s` on use; a
+changed file (mtime, size or inode, which also catches a Secret's `..data` symlink swap) is
+re-read, and a file that no longer parses keeps the previous keys (logged). A removed key is
+refused from the first request after that reload.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ _LIMIT_FIELDS: Final = {
     "token_burst": "output_token_burst",
     "streams": "max_streams",
 }
+_BURST_OF: Final = {"burst": "rps", "token_burst": "tokens_per_s"}  # burst field -> its rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,17 @@ def _limit(source: str, line: int, name: str, raw: str) -> float | int:
         raise _bad(source, line, f"`{name}` must be a number, got {raw[:20]!r}") from None
     if not value > 0:
         raise _bad(source, line, f"`{name}` must be > 0, got {raw[:20]!r}")
+    if name in _BURST_OF and value < 1:
+        # A bucket that can never hold one whole token would refuse every request.
+        raise _bad(source, line, f"`{name}` must be >= 1, got {raw[:20]!r}")
     return value
+
+
+def _check_bursts(source: str, line: int, given: set[str]) -> None:
+    """A burst is the size of its rate's bucket: without the rate it would silently do nothing."""
+    for burst, rate in _BURST_OF.items():
+        if burst in given and rate not in given:
+            raise _bad(source, line, f"`{burst}` needs `{rate}` on the same line")
 
 
 def parse_keys(text: str, source: str) -> tuple[ApiKey, ...]:
@@ -113,6 +125,7 @@ def parse_keys(text: str, source: str) -> tuple[ApiKey, ...]:
             digest = digest_of(secret)
         key_id = f"key-{digest.hex()[:8]}"
         limits: dict[str, float | int] = {}
+        given: set[str] = set()
         for item in fields:
             name, sep, value = item.partition("=")
             if not sep:
@@ -123,9 +136,11 @@ def parse_keys(text: str, source: str) -> tuple[ApiKey, ...]:
                 key_id = value
             elif name in _LIMIT_FIELDS:
                 limits[_LIMIT_FIELDS[name]] = _limit(source, number, name, value)
+                given.add(name)
             else:
                 known = ", ".join(["id", *_LIMIT_FIELDS])
                 raise _bad(source, number, f"unknown field {name[:20]!r}; known: {known}")
+        _check_bursts(source, number, given)
         if key_id in seen_ids:
             raise _bad(source, number, f"key id {key_id!r} is used twice")
         seen_ids.add(key_id)

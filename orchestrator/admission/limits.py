@@ -47,12 +47,34 @@ class TokenBucket:
 
 
 class _KeyState:
-    __slots__ = ("requests", "streams", "tokens")
+    """One key's buckets and streams, with the limits they were built from: a reloaded keys file
+    that changes a key's limits rebuilds its buckets on the key's next request."""
+
+    __slots__ = ("limits", "requests", "streams", "tokens")
 
     def __init__(self, limits: KeyLimits, now_s: float) -> None:
+        self.limits = limits
         self.requests: TokenBucket | None = None
         self.tokens: TokenBucket | None = None
         self.streams = 0
+        self._build(now_s)
+
+    def apply(self, limits: KeyLimits, now_s: float) -> None:
+        """Rebuild the buckets for new `limits`, keeping the streams in progress and each kept
+        bucket's level (capped at its new burst, debt kept) so a reload grants no fresh burst."""
+        if limits == self.limits:
+            return
+        old_requests, old_tokens = self.requests, self.tokens
+        self.limits = limits
+        self._build(now_s)
+        for old, new in ((old_requests, self.requests), (old_tokens, self.tokens)):
+            if old is not None and new is not None:
+                old.refill(now_s)
+                new.level = min(new.burst, old.level)
+
+    def _build(self, now_s: float) -> None:
+        limits = self.limits
+        self.requests = self.tokens = None
         if limits.requests_per_s is not None:
             burst = limits.request_burst or max(1.0, limits.requests_per_s)
             self.requests = TokenBucket(limits.requests_per_s, burst, now_s)
@@ -114,6 +136,7 @@ class KeyLimiter:
             self._evict(now_s)
         else:
             self._states.move_to_end(key.key_id)
+            state.apply(key.limits, now_s)
         limits = key.limits
         if limits.max_streams is not None and state.streams >= limits.max_streams:
             raise self._refuse(key, "streams", 1.0, f"{limits.max_streams} requests in progress")

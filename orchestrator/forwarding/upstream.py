@@ -10,6 +10,7 @@ recently used idle connection to its replica, so a busy router rarely opens one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections import deque
 from collections.abc import Set
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from orchestrator.core.errors import OrchestratorError
 from orchestrator.forwarding.http1_connection import (
     Http1Connection,
     UpstreamConnectError,
@@ -24,7 +26,7 @@ from orchestrator.forwarding.http1_connection import (
     UpstreamError,
     UpstreamResponse,
 )
-from orchestrator.security.files import TlsFiles
+from orchestrator.security.files import Signature, TlsFiles
 from orchestrator.security.http_tls import client_context
 
 __all__ = [
@@ -36,6 +38,9 @@ __all__ = [
     "UpstreamSettings",
 ]
 
+log = logging.getLogger(__name__)
+
+TLS_CHECK_INTERVAL_S: Final = 1.0  # how often the replica TLS files are stat'ed, at most
 _JSON_HEADERS: Final = b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 
@@ -143,6 +148,8 @@ class UpstreamPool:
         self._in_flight = 0
         self._waiters: deque[tuple[_Origin, asyncio.Future[None]]] = deque()  # FIFO
         self._tls: ssl.SSLContext | None = None
+        self._tls_signature: Signature | None = None
+        self._tls_checked_s = float("-inf")
         self._sweep: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
@@ -328,10 +335,32 @@ class UpstreamPool:
             self.went_idle()
 
     def _tls_context(self) -> ssl.SSLContext:
-        if self._tls is None:
-            tls = self.settings.replica_tls
-            self._tls = ssl.create_default_context() if tls is None else client_context(tls)
-        return self._tls
+        """The client context for `https` replicas, rebuilt when the replica TLS files were
+        rotated (checked at most every `TLS_CHECK_INTERVAL_S`); new connections use it, open
+        ones keep theirs. Files caught mid-rotation keep the previous context (logged)."""
+        tls = self.settings.replica_tls
+        if tls is None:
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
+            return self._tls
+        now_s = self.loop_time()
+        if self._tls is not None and now_s - self._tls_checked_s < TLS_CHECK_INTERVAL_S:
+            return self._tls
+        self._tls_checked_s = now_s
+        signature = tls.signature()
+        if self._tls is not None and signature == self._tls_signature:
+            return self._tls
+        try:
+            context = client_context(tls)
+        except OrchestratorError as error:
+            if self._tls is None:
+                raise
+            log.warning("replica TLS files unusable, keeping the previous ones: %s", error.message)
+            return self._tls
+        if self._tls is not None:
+            log.info("replica TLS files changed; new connections use them")
+        self._tls, self._tls_signature = context, signature
+        return context
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

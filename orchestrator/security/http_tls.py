@@ -37,6 +37,10 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     if files.ca is not None:
         _load_ca(context, files)
         context.verify_mode = ssl.CERT_REQUIRED
+        # A resumed session skips the client-certificate check, so a client whose CA was
+        # rotated out could go on resuming; no tickets: every connection is verified afresh.
+        context.options |= ssl.OP_NO_TICKET
+        context.num_tickets = 0
     return context
 
 

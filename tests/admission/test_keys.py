@@ -72,6 +72,10 @@ def test_keys_are_kept_as_digests_and_matched_whichever_form_the_file_uses() -> 
         (f"{SECRET_A} id=a\n{SECRET_B} id=a", "used twice"),
         ("sha256:abc", "64 hex digits"),
         (f"{SECRET_A} streams", "expected name=value"),
+        (f"{SECRET_A} rps=5 burst=0.5", "`burst` must be >= 1"),
+        (f"{SECRET_A} tokens_per_s=5 token_burst=0.9", "`token_burst` must be >= 1"),
+        (f"{SECRET_A} burst=10", "`burst` needs `rps` on the same line"),
+        (f"{SECRET_A} token_burst=10", "`token_burst` needs `tokens_per_s` on the same line"),
     ],
 )
 def test_a_bad_line_is_named_by_number_and_never_echoes_the_key(text: str, problem: str) -> None:

@@ -3,6 +3,8 @@ keeps the previous certificate serving until the files load again."""
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 from pki import Pki
 
@@ -43,6 +45,17 @@ def test_missing_file_is_named(pki: Pki) -> None:
     missing = pki.server.cert.parent / "absent.pem"
     with pytest.raises(OrchestratorError, match=r"absent\.pem"):
         server_context(TlsFiles(missing, pki.server.key))
+
+
+def test_mutual_tls_issues_no_session_tickets_so_every_client_is_verified_afresh(
+    pki: Pki,
+) -> None:
+    mutual = server_context(pki.server_files(mutual=True))
+    assert mutual.verify_mode == ssl.CERT_REQUIRED
+    assert mutual.options & ssl.OP_NO_TICKET
+    assert mutual.num_tickets == 0
+    one_way = server_context(pki.server_files(mutual=False))
+    assert not one_way.options & ssl.OP_NO_TICKET  # no client to re-verify: resumption is fine
 
 
 def test_half_written_rotation_keeps_the_previous_certificate(

@@ -1,10 +1,12 @@
 """Optional TLS from the router to its replicas: `orchestrator router --replica-tls-*` reaches an
 `https://` replica that wants a client certificate; without our CA the router refuses to talk to
-it and answers a clean 503 instead."""
+it and answers a clean 503 instead. Rotated replica TLS files are used by new connections."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +21,9 @@ from pki import Pki
 from replica_server import ReplicaThread
 
 from orchestrator.core.generations import Generation
+from orchestrator.forwarding.http1_connection import UpstreamError
+from orchestrator.forwarding.upstream import TLS_CHECK_INTERVAL_S, UpstreamPool, UpstreamSettings
+from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import server_context
 from orchestrator.sim.replica import ReplicaSettings, build_app
 
@@ -128,3 +133,52 @@ def test_router_that_does_not_trust_the_replica_answers_a_clean_503(
     assert status == 503, body
     error = body["error"]
     assert isinstance(error, dict) and "could take the request" in str(error["message"])
+
+
+def rotate(source: Path, target: Path) -> None:
+    """Replace `target` the way a Secret update does: a new file moved over the old one."""
+    staged = target.with_suffix(".new")
+    staged.write_bytes(source.read_bytes())
+    os.replace(staged, target)
+
+
+def test_rotated_replica_tls_files_are_used_by_the_next_new_connection(
+    https_replica: TlsReplicaThread, pki: Pki, tmp_path: Path
+) -> None:
+    cert, key, ca = tmp_path / "router.crt", tmp_path / "router.key", tmp_path / "ca.crt"
+    rotate(pki.stranger_client.cert, cert)
+    rotate(pki.stranger_client.key, key)
+    rotate(pki.stranger_ca.ca, ca)
+    files = TlsFiles(cert, key, ca, flag="--replica-tls")
+
+    async def models_status(pool: UpstreamPool) -> int | str:
+        try:
+            answer = await pool.get(
+                https_replica.url, "/v1/models", timeout_s=10.0, connect_timeout_s=5.0
+            )
+        except UpstreamError as error:
+            return type(error).__name__
+        await answer.read()
+        answer.close()  # never reused: each call opens a new connection
+        return answer.status
+
+    async def scenario() -> list[int | str]:
+        pool = UpstreamPool(UpstreamSettings(replica_tls=files))
+        await pool.start()
+        try:
+            seen = [await models_status(pool)]  # the replica is not signed by the stranger CA
+            rotate(pki.ca.ca, ca)
+            await asyncio.sleep(TLS_CHECK_INTERVAL_S + 0.1)
+            seen.append(await models_status(pool))  # trusted now, but our certificate is not
+            rotate(pki.client.cert, cert)
+            rotate(pki.client.key, key)
+            await asyncio.sleep(TLS_CHECK_INTERVAL_S + 0.1)
+            seen.append(await models_status(pool))
+            return seen
+        finally:
+            await pool.close()
+
+    first, second, third = asyncio.run(scenario())
+    assert first == "UpstreamConnectError"  # our side refused the replica's certificate
+    assert isinstance(second, str)  # the replica refused the stranger's client certificate
+    assert third == 200
