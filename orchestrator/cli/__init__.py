@@ -243,13 +243,23 @@ def cmd_control_plane(args: argparse.Namespace) -> int:
     from orchestrator.up.stack import run_control_plane
 
     config = _with_replica_tls(_stack_config(args), tls.client_files(args, "replica"))
+    server_tls = tls.server_files(args, client_ca_required=True, config=config.control_plane.tls)
+    health_only = tuple(args.tls_health_only_client)
+    if health_only and (server_tls is None or server_tls.ca is None):
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--tls-health-only-client names a client certificate: it needs mutual TLS"
+            " (--tls-cert, --tls-key and --tls-client-ca)",
+            param="--tls-health-only-client",
+        )
     return run_control_plane(
         config,
         ray_address=args.ray_address,
         host=args.host,
         port=args.port,
-        tls=tls.server_files(args, client_ca_required=True, config=config.control_plane.tls),
+        tls=server_tls,
         sd_port=config.control_plane.http_sd_port if args.sd_port is None else args.sd_port,
+        health_only_clients=health_only,
     )
 
 
@@ -357,6 +367,11 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         control_plane, what="the ControlPlane API",
         client_ca_help="CA that signs the routers' and operators' client certificates "
         "(required with --tls-cert: the control plane serves mutual TLS only)",
+    )  # fmt: skip
+    control_plane.add_argument(
+        "--tls-health-only-client", action="append", default=[], metavar="NAME",
+        help="a client certificate whose subject CN or a DNS SAN is NAME may only report node "
+        "health (the exporters'); its other calls are PERMISSION_DENIED (repeatable)",
     )  # fmt: skip
     tls.add_client_flags(control_plane, "replica", what="https:// external replicas")
     control_plane.set_defaults(handler=cmd_control_plane)

@@ -48,9 +48,11 @@ class ControlPlane:
         uses_real_gpus: bool | None = None,
         tls: TlsFiles | None = None,
         sd_port: int | None = None,
+        health_only_clients: tuple[str, ...] = (),
     ) -> None:
         self._config = config
         self._tls = tls
+        self._health_only_clients = health_only_clients
         self._namespace = namespace
         self._registry_name = registry_name
         self._host = host
@@ -93,7 +95,11 @@ class ControlPlane:
             self._sd_server = HttpSdServer(EngineDiscovery(self.registry), tls=self._tls)
             await self._sd_server.start(self._host, self._sd_port)
         self._server, bound = await start_control_plane_server(
-            self.registry, self._host, self._port, self._tls
+            self.registry,
+            self._host,
+            self._port,
+            self._tls,
+            health_only_clients=self._health_only_clients,
         )
         return bound
 

@@ -12,6 +12,11 @@ report for `name` is recorded for `name` itself and for every live Ray node labe
 no replica: the exporter of a GPU node whose Ray worker has not joined yet (or that runs only
 external replicas) is not an error, and its next report (every few seconds) reaches the worker
 once it has joined.
+
+Health-only callers: every node's exporter holds a client certificate, so a stolen node must not
+be able to re-register, drain or scale the fleet. A caller whose certificate names (subject CN or
+a DNS SAN) one of `health_only_clients` may call only `ReportNodeHealth`; every other call,
+reads included (the table and status name every replica's address), is PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
@@ -49,6 +54,13 @@ _CALL_TIMEOUT_S: Final = 15.0
 # every few seconds, and each would otherwise list the whole cluster.
 NODE_LIST_MAX_AGE_S: Final = 1.0
 _T = TypeVar("_T")
+# gRPC's keepalive pings from routers' watch channels (every 10 s): allow them down to 5 s apart,
+# also with no call open, so the server does not answer them with GOAWAY too_many_pings.
+SERVER_OPTIONS: Final = (
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+_HEALTH_ONLY_METHODS: Final = frozenset({"ReportNodeHealth"})
 
 
 class NodeNames:
@@ -96,14 +108,41 @@ class NodeNames:
         self._listed_at_s = self._clock()
 
 
+def peer_identities(auth_context: Mapping[str, Iterable[bytes]]) -> frozenset[str]:
+    """The names a caller's verified client certificate carries: its subject CN and SANs."""
+    names: set[str] = set()
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        names.update(value.decode(errors="replace") for value in auth_context.get(key, ()))
+    return frozenset(names)
+
+
 class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
-    def __init__(self, registry: Any, node_names: NodeNames | None = None) -> None:
+    def __init__(
+        self,
+        registry: Any,
+        node_names: NodeNames | None = None,
+        health_only_clients: Iterable[str] = (),
+    ) -> None:
         self._registry = registry
         self._node_names = node_names if node_names is not None else NodeNames()
+        self._health_only = frozenset(health_only_clients)
+
+    async def _authorize(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """Abort with PERMISSION_DENIED when a health-only caller calls anything else."""
+        if not self._health_only or method in _HEALTH_ONLY_METHODS:
+            return
+        matched = peer_identities(context.auth_context()) & self._health_only
+        if matched:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"client certificate {sorted(matched)[0]!r} is health-only"
+                f" (--tls-health-only-client): it may call ReportNodeHealth, not {method}",
+            )
 
     async def WatchRoutingTable(
         self, request: pb.WatchRoutingTableRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RoutingTableSnapshot]:
+        await self._authorize("WatchRoutingTable", context)
         after = request.after_version
         while True:
             table: RoutingTable = await _call(
@@ -118,6 +157,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RegisterReplica(
         self, request: pb.RegisterReplicaRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterReplicaResponse:
+        await self._authorize("RegisterReplica", context)
         try:
             registration = registration_from_pb(request)
         except OrchestratorError as exc:
@@ -128,6 +168,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def DeregisterReplica(
         self, request: pb.DeregisterReplicaRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeregisterReplicaResponse:
+        await self._authorize("DeregisterReplica", context)
         known: bool = await _call(self._registry.deregister_replica.remote(request.id), context)
         return pb.DeregisterReplicaResponse(known=known)
 
@@ -155,18 +196,21 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def Drain(
         self, request: pb.DrainRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DrainResponse:
+        await self._authorize("Drain", context)
         ids: tuple[str, ...] = await _call(self._registry.drain.remote(request.target), context)
         return pb.DrainResponse(replica_ids=ids)
 
     async def Scale(
         self, request: pb.ScaleRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ScaleResponse:
+        await self._authorize("Scale", context)
         await _call(self._registry.scale.remote(request.pool, request.replicas), context)
         return pb.ScaleResponse()
 
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetStatusResponse:
+        await self._authorize("GetStatus", context)
         return status_to_pb(await _call(self._registry.status.remote(), context))
 
 
@@ -205,14 +249,17 @@ async def start_control_plane_server(
     port: int = 0,
     tls: TlsFiles | None = None,
     node_names: NodeNames | None = None,
+    health_only_clients: Iterable[str] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """A started gRPC server for `registry`, and the port it bound (port 0 picks one).
 
     `tls` serves TLS only; with its client CA, every caller must present a certificate that CA
-    signed (routers and operators alike), or the handshake fails."""
+    signed (routers and operators alike), or the handshake fails. A caller whose certificate
+    names one of `health_only_clients` may only report node health."""
     credentials = None if tls is None else server_credentials(tls)
-    server = grpc.aio.server()
-    add_control_plane_servicer(ControlPlaneServicer(registry, node_names), server)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    servicer = ControlPlaneServicer(registry, node_names, health_only_clients)
+    add_control_plane_servicer(servicer, server)
     address = f"{host}:{port}"
     if credentials is None:
         bound = server.add_insecure_port(address)

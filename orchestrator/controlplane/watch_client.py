@@ -25,6 +25,18 @@ from orchestrator.table.source import TableHolder
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_S: Final = 1.0
+# A partition that drops packets silently (no FIN or RST) would leave the watch waiting forever:
+# gRPC pings every 10 s, also between calls and however long the table stays unchanged, and fails
+# the stream when no answer comes in 5 s (gRPC bounds a keepalive ping's wait by the ping timeout
+# as well, 60 s by default, hence both), so the watch reconnects. The control plane permits pings
+# this often (`grpc_service.SERVER_OPTIONS`).
+WATCH_CHANNEL_OPTIONS: Final = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
 
 
 async def follow_routing_table(
@@ -37,7 +49,7 @@ async def follow_routing_table(
     """Feed `holder` from the control plane at `target` ("host:port") until cancelled."""
     while True:
         try:
-            async with aio_channel(target, tls) as channel:
+            async with aio_channel(target, tls, WATCH_CHANNEL_OPTIONS) as channel:
                 stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
                 request = pb.WatchRoutingTableRequest(after_version=holder.snapshot().version)
                 async for snapshot in stub.WatchRoutingTable(request):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import grpc
@@ -74,12 +74,17 @@ def server_credentials(
     )
 
 
-def aio_channel(target: str, tls: TlsFiles | None = None) -> grpc.aio.Channel:
-    """An asyncio channel to `target`: plaintext, or TLS (mutual when `tls` has a cert). The
-    files are read now, so a channel opened after a rotation presents the new certificate."""
+def aio_channel(
+    target: str,
+    tls: TlsFiles | None = None,
+    options: Sequence[tuple[str, str | int]] | None = None,
+) -> grpc.aio.Channel:
+    """An asyncio channel to `target`: plaintext, or TLS (mutual when `tls` has a cert), with
+    gRPC channel `options`. The files are read now, so a channel opened after a rotation
+    presents the new certificate."""
     if tls is None:
-        return grpc.aio.insecure_channel(target)
-    return grpc.aio.secure_channel(target, channel_credentials(tls))
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
 
 
 def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:

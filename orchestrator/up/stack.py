@@ -132,6 +132,7 @@ def run_control_plane(
     progress: Progress = print_progress,
     tls: TlsFiles | None = None,
     sd_port: int | None = None,
+    health_only_clients: tuple[str, ...] = (),
 ) -> int:
     """Run only the control plane until SIGINT or SIGTERM, on an existing or a local Ray cluster.
 
@@ -151,7 +152,14 @@ def run_control_plane(
             ray_connection = RayConnection.connect(ray_address)
 
         async def serve() -> None:
-            control_plane = ControlPlane(config, host=host, port=port, tls=tls, sd_port=sd_port)
+            control_plane = ControlPlane(
+                config,
+                host=host,
+                port=port,
+                tls=tls,
+                sd_port=sd_port,
+                health_only_clients=health_only_clients,
+            )
             try:
                 bound = await control_plane.start()
                 print(f"orchestrator control plane on {host}:{bound}", flush=True)

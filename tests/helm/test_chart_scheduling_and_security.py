@@ -216,11 +216,13 @@ def test_network_policies_select_only_this_release() -> None:
     policies = render().of_kind("NetworkPolicy")
     assert {p["metadata"]["name"] for p in policies} == {
         "llm-orchestrator-ray",
+        "llm-orchestrator-control-plane-router",
+        "llm-orchestrator-engine-router",
         "llm-orchestrator-router",
         "llm-orchestrator-exporter",
         "llm-orchestrator-control-plane-health",
     }
-    router = next(p for p in policies if p["metadata"]["name"].endswith("router"))
+    router = next(p for p in policies if p["metadata"]["name"] == "llm-orchestrator-router")
     assert [port["port"] for port in router["spec"]["ingress"][0]["ports"]] == ["http", "grpc"]
 
 

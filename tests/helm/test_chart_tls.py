@@ -116,25 +116,26 @@ def test_the_control_plane_checks_https_external_replicas_with_the_replica_secre
 
 def test_every_caller_of_the_control_plane_presents_the_client_certificate() -> None:
     """Whatever dials the control plane (routers; the exporters reporting node health; the
-    operator commands NOTES shows, run in the control plane's pod) has the client Secret
-    mounted; nothing dials it in plaintext."""
+    operator commands NOTES shows, run in the control plane's pod) has a client Secret mounted:
+    the exporters on every GPU node their own, health-only one, never the routers'; nothing
+    dials it in plaintext."""
     rendered = render(TLS_VALUES)
-    callers = []
+    callers = {}
     for label, template in rendered.pod_templates():
         spec = template["spec"]
         for container in spec["containers"]:
             argv = [*container.get("command", ()), *container.get("args", ())]
             if any(arg.startswith("--control-plane=") for arg in argv):
-                callers.append(label)
                 args = parsed(container)
-                for flag in CONTROL_PLANE_FLAGS:
-                    secret = secret_behind(spec, str(getattr(args, flag)))
-                    assert secret == "orchestrator-control-plane-client-tls", label
-    assert sorted(callers) == [
-        "DaemonSet/llm-orchestrator-exporter-kr",
-        "DaemonSet/llm-orchestrator-exporter-us",
-        "Deployment/llm-orchestrator-router",
-    ]
+                (secret,) = {
+                    secret_behind(spec, str(getattr(args, f))) for f in CONTROL_PLANE_FLAGS
+                }
+                callers[label] = secret
+    assert callers == {
+        "DaemonSet/llm-orchestrator-exporter-kr": "orchestrator-control-plane-exporter-tls",
+        "DaemonSet/llm-orchestrator-exporter-us": "orchestrator-control-plane-exporter-tls",
+        "Deployment/llm-orchestrator-router": "orchestrator-control-plane-client-tls",
+    }
     router = parsed(pod_spec(rendered, "router")["containers"][0])
     client_dir = PurePosixPath(str(router.control_plane_tls_cert)).parent
     notes_command = next(
@@ -146,6 +147,21 @@ def test_every_caller_of_the_control_plane_presents_the_client_certificate() -> 
     assert secret_behind(control_plane, f"{client_dir}/tls.crt") == (
         "orchestrator-control-plane-client-tls"
     )
+
+
+@pytest.mark.parametrize(
+    ("identity", "expected"),
+    [("", "llm-orchestrator-exporter"), ("gpu-node-reporter", "gpu-node-reporter")],
+)
+def test_the_control_plane_lets_the_exporters_identity_only_report_health(
+    identity: str, expected: str
+) -> None:
+    """The exporters' certificate name is health-only on the control plane (default
+    `<fullname>-exporter`), and it is not the identity any router presents."""
+    values = {**TLS_VALUES, "controlPlane": {"tls": {**TLS_VALUES["controlPlane"]["tls"]}}}
+    values["controlPlane"]["tls"]["exporterIdentity"] = identity
+    (container,) = pod_spec(render(values), "control-plane")["containers"]
+    assert parsed(container).tls_health_only_client == [expected]
 
 
 def test_without_tls_values_nothing_is_mounted_and_everything_is_plaintext() -> None:
@@ -228,6 +244,11 @@ def test_a_service_monitor_without_a_client_certificate_fails_when_the_router_re
             id="control-plane-tls-without-client-secret",
         ),
         pytest.param(
+            {"controlPlane": {"tls": {"enabled": True, "serverSecret": "a", "clientSecret": "b"}}},
+            r"/controlPlane/tls/exporterClientSecret.*minLength",
+            id="control-plane-tls-without-the-exporters-secret",
+        ),
+        pytest.param(
             {"router": {"tls": {"clientCaSecret": "client-ca"}}},
             r"/router/tls/existingSecret.*minLength",
             id="client-ca-without-a-server-certificate",
@@ -258,3 +279,9 @@ def test_the_schema_refuses_half_configured_tls(values: dict[str, Any], message:
 
 def test_control_plane_tls_off_needs_no_secrets() -> None:
     validate_values({"controlPlane": {"tls": {"enabled": False}}})
+
+
+def test_exporters_that_report_no_health_need_no_client_secret() -> None:
+    tls = {"enabled": True, "serverSecret": "a", "clientSecret": "b"}
+    validate_values({"controlPlane": {"tls": tls}, "exporter": {"reportHealth": False}})
+    validate_values({"controlPlane": {"tls": tls}, "exporter": {"enabled": False}})

@@ -209,3 +209,9 @@ nodeAffinity:
 - --control-plane-tls-cert={{ $dir }}/tls.crt
 - --control-plane-tls-key={{ $dir }}/tls.key
 {{- end }}
+
+{{/* The name (CN or DNS SAN) of the exporters' client certificate, which the control plane
+     lets report node health and nothing else. */}}
+{{- define "orchestrator.exporterIdentity" -}}
+{{- .Values.controlPlane.tls.exporterIdentity | default (include "orchestrator.componentName" (dict "root" . "component" "exporter")) }}
+{{- end }}
