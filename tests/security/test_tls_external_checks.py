@@ -13,19 +13,15 @@ from typing import Any
 
 import pytest
 import ray
-from aiohttp import web
 from pki import Pki
-from replica_server import ReplicaThread
+from tls_replica import TlsReplicaThread
 
 from orchestrator import cli
 from orchestrator.cli import tls
 from orchestrator.config import OrchestratorConfig, default_config, validate_config
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.registry import start_registry
-from orchestrator.core.generations import Generation
 from orchestrator.core.records import ReplicaState
-from orchestrator.security.http_tls import server_context
-from orchestrator.sim.replica import ReplicaSettings, build_app
 from orchestrator.table.snapshot import RoutingTable
 
 pytestmark = pytest.mark.slow
@@ -33,32 +29,6 @@ NAMESPACE = "orchestrator-external-tls-test"
 CHECK_INTERVAL_S = 0.2
 # Passes the checker gets to register the replica: one suffices when the handshake succeeds.
 PASSES = 6
-
-
-class TlsReplicaThread(ReplicaThread):
-    """A simulated replica serving HTTPS with our CA's server certificate, requiring a client
-    certificate from the same CA."""
-
-    def __init__(self, pki: Pki) -> None:
-        super().__init__(ReplicaSettings(Generation.MI355X, time_scale=0.0, seed=3))
-        self._pki = pki
-
-    async def _start(self) -> None:
-        self.app = build_app(self.settings)
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        context = server_context(self._pki.server_files(mutual=True))
-        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context).start()
-        self.url = f"https://127.0.0.1:{self._runner.addresses[0][1]}"
-
-
-@pytest.fixture(scope="module")
-def https_replica(pki: Pki) -> Iterator[TlsReplicaThread]:
-    server = TlsReplicaThread(pki).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,44 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from pki import Pki
-from replica_server import ReplicaThread
+from tls_replica import TlsReplicaThread
 
-from orchestrator.core.generations import Generation
 from orchestrator.forwarding.http1_connection import UpstreamError
 from orchestrator.forwarding.upstream import TLS_CHECK_INTERVAL_S, UpstreamPool, UpstreamSettings
 from orchestrator.security.files import TlsFiles
-from orchestrator.security.http_tls import server_context
-from orchestrator.sim.replica import ReplicaSettings, build_app
 
 pytestmark = pytest.mark.slow
 MODEL = "openai/gpt-oss-120b"
-
-
-class TlsReplicaThread(ReplicaThread):
-    """A simulated replica serving HTTPS that requires a client certificate from our CA."""
-
-    def __init__(self, pki: Pki) -> None:
-        super().__init__(ReplicaSettings(Generation.MI355X, time_scale=0.0, seed=5))
-        self._pki = pki
-
-    async def _start(self) -> None:
-        self.app = build_app(self.settings)
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        context = server_context(self._pki.server_files(mutual=True))
-        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context).start()
-        self.url = f"https://127.0.0.1:{self._runner.addresses[0][1]}"
-
-
-@pytest.fixture(scope="module")
-def https_replica(pki: Pki) -> Iterator[TlsReplicaThread]:
-    server = TlsReplicaThread(pki).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def router_over(replica_url: str, directory: Path, *flags: str) -> subprocess.Popen[str]:
