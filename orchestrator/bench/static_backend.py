@@ -59,7 +59,7 @@ class StaticReplies:
         server = {"model_path": model, "max_total_num_tokens": 1 << 20, "context_length": 131072}
         metrics = (
             b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
-            b"vllm:kv_cache_usage_perc 0\n"
+            b"vllm:kv_cache_usage_perc 0\nvllm:generation_tokens_total 0\n"
         )
         self.get = {
             b"/health": _response(b"200 OK", b"text/plain", b""),

@@ -7,9 +7,10 @@ from types import MappingProxyType
 from typing import Final
 
 from orchestrator.core.records import EngineKind
-from orchestrator.engines.base import EngineAdapter, LaunchCommand, LaunchSpec, MetricNames
+from orchestrator.engines.base import EngineAdapter, LaunchCommand, LaunchSpec, MetricNames, Series
 from orchestrator.engines.errors import (
     MalformedMetricsPageError,
+    MissingMetricsError,
     NotLaunchableError,
     UnknownEngineKindError,
 )
@@ -26,7 +27,9 @@ __all__ = [
     "LaunchSpec",
     "MalformedMetricsPageError",
     "MetricNames",
+    "MissingMetricsError",
     "NotLaunchableError",
+    "Series",
     "SglangAdapter",
     "SimAdapter",
     "UnknownEngineKindError",

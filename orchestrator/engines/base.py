@@ -18,18 +18,62 @@ _MAX_PORT = 65535
 
 
 @dataclass(frozen=True, slots=True)
-class MetricNames:
-    """The Prometheus sample names an engine uses for the figures in `ReplicaLoad`.
+class Series:
+    """One Prometheus sample name as it appears on the page (counters with their `_total`),
+    optionally narrowed to the samples whose labels include `labels`."""
 
-    Names are sample names as they appear on the page, counters with their `_total` suffix.
-    `kv_cache_usage` must name a gauge holding a ratio in [0, 1].
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.labels.items()))))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Series):
+            return NotImplemented
+        return self.name == other.name and dict(self.labels) == dict(other.labels)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.labels.items())
+
+    def spelled(self) -> str:
+        """PromQL-style: `sglang:realtime_tokens_total{mode="decode"}`."""
+        if not self.labels:
+            return self.name
+        inner = ",".join(f'{key}="{value}"' for key, value in sorted(self.labels.items()))
+        return f"{self.name}{{{inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNames:
+    """The series an engine's page holds the figures of `ReplicaLoad` in.
+
+    A figure may be the sum of several series (SGLang's prompt tokens: computed plus cached).
+    `kv_cache_usage` must name a gauge holding a ratio in [0, 1]. `running`, `waiting`,
+    `kv_cache_usage` and `generation_tokens` are required: a page without them is an adapter error,
+    not an idle replica; `prompt_tokens` may be absent (the estimator then keeps its prior
+    prompt/output ratio). `replicated_labels` name labels whose values split one engine into ranks
+    that each report the same figure (tensor- and pipeline-parallel ranks), so they count once.
     """
 
-    running: str
-    waiting: str
-    kv_cache_usage: str
-    prompt_tokens_total: str
-    generation_tokens_total: str
+    running: tuple[Series, ...]
+    waiting: tuple[Series, ...]
+    kv_cache_usage: Series
+    generation_tokens: tuple[Series, ...]
+    prompt_tokens: tuple[Series, ...] = ()
+    replicated_labels: frozenset[str] = frozenset()
+
+    def required_series(self) -> tuple[Series, ...]:
+        return (*self.running, *self.waiting, self.kv_cache_usage, *self.generation_tokens)
+
+    def all_series(self) -> tuple[Series, ...]:
+        return (*self.required_series(), *self.prompt_tokens)
+
+    def sample_names(self) -> frozenset[str]:
+        return frozenset(series.name for series in self.all_series())
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,21 @@ class MalformedMetricsPageError(OrchestratorError, ValueError):
         super().__init__(ErrorCode.UNAVAILABLE, f"malformed metrics page: {problem}")
 
 
+class MissingMetricsError(OrchestratorError, ValueError):
+    """A readable `/metrics` page without a series the adapter needs (a renamed metric, an engine
+    started without its stats): the load is unknown, never read as zero.
+
+    UNAVAILABLE for the same reason as a malformed page; `missing` lists the series, spelled as
+    PromQL selectors.
+    """
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(
+            ErrorCode.UNAVAILABLE, f"metrics page lacks {', '.join(missing)}: load unknown"
+        )
+        self.missing = tuple(missing)
+
+
 class NotLaunchableError(OrchestratorError, RuntimeError):
     """A request to start a replica whose engine we do not start (it runs elsewhere)."""
 

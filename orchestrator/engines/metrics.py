@@ -1,5 +1,9 @@
 """Reads an engine's Prometheus `/metrics` page into a `ReplicaLoad`, whatever its metric names.
 
+Only the lines of the series the adapter reads reach the parser: an engine's page is mostly
+histograms (vLLM's is about 34 KB), and a router or control plane that parses all of it for five
+figures, for hundreds of replicas a second, spends its core on buckets it never reads.
+
 Matching is on sample names, not family names: prometheus_client's parser strips `_total` from a
 counter's family name but keeps it on the sample, and a histogram may itself end in `_total`
 (`vllm:iteration_tokens_total_bucket`), so family names would mislead.
@@ -8,14 +12,16 @@ counter's family name but keeps it on the sample, and a histogram may itself end
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.core.records import ReplicaLoad
-from orchestrator.engines.base import MetricNames
-from orchestrator.engines.errors import MalformedMetricsPageError
+from orchestrator.engines.base import MetricNames, Series
+from orchestrator.engines.errors import MalformedMetricsPageError, MissingMetricsError
 
 _QUOTED_LINE_CHARS = 120
+_Labels = frozenset[tuple[str, str]]
 
 
 def parse_replica_load(exposition_text: str, names: MetricNames, now_s: float) -> ReplicaLoad:
@@ -23,59 +29,101 @@ def parse_replica_load(exposition_text: str, names: MetricNames, now_s: float) -
 
     One engine process may report several label sets per metric (data-parallel engines, several
     model names): request counts and token counters are summed across them; KV usage takes the
-    maximum, because the fullest engine is the one that queues first. A missing gauge reads as 0
-    (engines omit a gauge until it is first set, which means idle); a missing counter reads as
-    `None` (the engine does not export it). Raises `MalformedMetricsPageError` (a ValueError) for
-    text that is not an exposition page, for a series given twice, and for values that are not
-    finite and non-negative, or a KV usage above 1 (not a ratio).
+    maximum, because the fullest engine is the one that queues first. Series that differ only in a
+    label of `names.replicated_labels` (SGLang's `tp_rank`, `pp_rank`: ranks of one engine that
+    report the same figure) count once, at their maximum. A figure of `names.required` that the
+    page lacks raises `MissingMetricsError` (a renamed metric, or stats logging off: reading it as
+    0 would make a busy replica look idle); a missing optional counter reads as `None`. Raises
+    `MalformedMetricsPageError` (a ValueError) for text that is not an exposition page, for a
+    series given twice, and for values that are not finite and non-negative, or a KV usage above 1
+    (not a ratio).
     """
-    found = _values_by_sample_name(exposition_text, _wanted(names))
+    series = names.all_series()
+    found = _values_by_series(exposition_text, series, names.replicated_labels)
+    kv_cache_usage = _kv_usage(names.kv_cache_usage, found[names.kv_cache_usage])
+    missing = [s.spelled() for s in names.required_series() if not found[s]]
+    if missing:
+        _raise_if_malformed(exposition_text)  # an HTML error page is not "missing metrics"
+        raise MissingMetricsError(missing)
     return ReplicaLoad(
-        running=round(math.fsum(found[names.running])),
-        waiting=round(math.fsum(found[names.waiting])),
-        kv_cache_usage=_kv_usage(names.kv_cache_usage, found[names.kv_cache_usage]),
-        prompt_tokens_total=_total_or_none(found[names.prompt_tokens_total]),
-        generation_tokens_total=_total_or_none(found[names.generation_tokens_total]),
+        running=round(_sum(found, names.running)),
+        waiting=round(_sum(found, names.waiting)),
+        kv_cache_usage=kv_cache_usage,
+        prompt_tokens_total=_total_or_none(found, names.prompt_tokens),
+        generation_tokens_total=_total_or_none(found, names.generation_tokens),
         observed_at_s=now_s,
     )
 
 
-def _wanted(names: MetricNames) -> frozenset[str]:
-    return frozenset(
-        (
-            names.running,
-            names.waiting,
-            names.kv_cache_usage,
-            names.prompt_tokens_total,
-            names.generation_tokens_total,
-        )
-    )
+def wanted_lines(text: str, sample_names: Iterable[str]) -> str:
+    """The lines of `text` whose sample name is one of `sample_names`, newline-terminated.
+
+    `# HELP`/`# TYPE` lines are dropped too: without them the parser reads each sample as untyped,
+    keeping its name as written, which is what matching on sample names wants.
+    """
+    prefixes = tuple(sorted(set(sample_names)))
+    kept = [
+        line
+        for line in text.splitlines()
+        if line.startswith(prefixes) and _name_of(line) in prefixes
+    ]
+    return "\n".join(kept) + "\n" if kept else ""
 
 
-def _values_by_sample_name(text: str, wanted: frozenset[str]) -> dict[str, list[float]]:
-    """Every value of each wanted sample name, one per label set."""
+def _name_of(line: str) -> str:
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        at = line.find(stop)
+        if 0 <= at < end:
+            end = at
+    return line[:end]
+
+
+def _values_by_series(
+    text: str, wanted: tuple[Series, ...], replicated: frozenset[str]
+) -> dict[Series, list[float]]:
+    """Every value of each wanted series, one per label set once replicated ranks are merged."""
+    by_name: dict[str, list[Series]] = {}
+    for entry in wanted:
+        by_name.setdefault(entry.name, []).append(entry)
+    page = wanted_lines(text, by_name)
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(page))
     except ValueError as exc:
+        # Line numbers of the whole page, so the message points where the reader will look.
         raise MalformedMetricsPageError(_describe_parse_error(text, exc)) from exc
-    found: dict[str, list[float]] = {name: [] for name in wanted}
-    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    merged: dict[Series, dict[_Labels, float]] = {entry: {} for entry in wanted}
+    seen: set[tuple[str, _Labels]] = set()
     for family in families:
         for sample in family.samples:
-            if sample.name not in wanted:
-                continue
-            series = (sample.name, frozenset(sample.labels.items()))
-            if series in seen:
+            labels = frozenset(sample.labels.items())
+            key = (sample.name, labels)
+            if key in seen:
                 raise MalformedMetricsPageError(
                     f"series {sample.name}{sample.labels} appears twice; refusing to count it twice"
                 )
-            seen.add(series)
-            if not (math.isfinite(sample.value) and sample.value >= 0):
-                raise MalformedMetricsPageError(
-                    f"{sample.name}{sample.labels} is {sample.value}; expected a finite value >= 0"
-                )
-            found[sample.name].append(sample.value)
-    return found
+            seen.add(key)
+            for entry in by_name.get(sample.name, ()):
+                if not entry.matches(sample.labels):
+                    continue
+                if not (math.isfinite(sample.value) and sample.value >= 0):
+                    raise MalformedMetricsPageError(
+                        f"{sample.name}{sample.labels} is {sample.value};"
+                        " expected a finite value >= 0"
+                    )
+                group = frozenset(item for item in labels if item[0] not in replicated)
+                values = merged[entry]
+                values[group] = max(values.get(group, 0.0), sample.value)
+    return {entry: list(values.values()) for entry, values in merged.items()}
+
+
+def _raise_if_malformed(text: str) -> None:
+    """Parse the whole page (only on the error path, where the cost does not matter)."""
+    try:
+        for _family in text_string_to_metric_families(text):
+            pass
+    except ValueError as exc:
+        raise MalformedMetricsPageError(_describe_parse_error(text, exc)) from exc
 
 
 def _describe_parse_error(text: str, exc: ValueError) -> str:
@@ -93,14 +141,21 @@ def _reason(exc: ValueError) -> str:
     return f" ({exc})" if str(exc) else ""
 
 
-def _kv_usage(name: str, values: list[float]) -> float:
+def _sum(found: dict[Series, list[float]], parts: tuple[Series, ...]) -> float:
+    return math.fsum(value for part in parts for value in found[part])
+
+
+def _kv_usage(series: Series, values: list[float]) -> float:
     usage = max(values, default=0.0)
     if usage > 1.0:
         raise MalformedMetricsPageError(
-            f"{name} is {usage}; expected a ratio in [0, 1] (is the engine reporting percent?)"
+            f"{series.spelled()} is {usage}; expected a ratio in [0, 1] (is the engine reporting"
+            " percent?)"
         )
     return usage
 
 
-def _total_or_none(values: list[float]) -> float | None:
-    return math.fsum(values) if values else None
+def _total_or_none(found: dict[Series, list[float]], parts: tuple[Series, ...]) -> float | None:
+    if not parts or not any(found[part] for part in parts):
+        return None
+    return _sum(found, parts)

@@ -6,16 +6,25 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from orchestrator.core.records import EngineKind, ReplicaLoad
-from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames
+from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames, Series
 from orchestrator.engines.metrics import parse_replica_load
 
+_REALTIME_TOKENS: Final = "sglang:realtime_tokens_total"
+
 METRIC_NAMES: Final = MetricNames(
-    running="sglang:num_running_reqs",
-    waiting="sglang:num_queue_reqs",
+    running=(Series("sglang:num_running_reqs"),),
+    waiting=(Series("sglang:num_queue_reqs"),),
     # Share of the KV token pool in use: a ratio in [0, 1].
-    kv_cache_usage="sglang:token_usage",
-    prompt_tokens_total="sglang:prompt_tokens_total",
-    generation_tokens_total="sglang:generation_tokens_total",
+    kv_cache_usage=Series("sglang:token_usage"),
+    # SGLang's `prompt_tokens_total` and `generation_tokens_total` move only when a request
+    # finishes, so over a long decode they show no rate and then a jump; its per-step counter,
+    # split by mode, moves with the work. Prompt tokens are the ones prefilled by compute: cached
+    # ones cost no step time, which is what the capacity estimator fits.
+    generation_tokens=(Series(_REALTIME_TOKENS, {"mode": "decode"}),),
+    prompt_tokens=(Series(_REALTIME_TOKENS, {"mode": "prefill_compute"}),),
+    # The scheduler of each data-parallel rank reports its own batch (summed); tensor- and
+    # pipeline-parallel ranks of one scheduler report the same one.
+    replicated_labels=frozenset({"tp_rank", "pp_rank", "moe_ep_rank"}),
 )
 
 SERVER_ARGS: Final = (

@@ -6,16 +6,17 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from orchestrator.core.records import EngineKind, ReplicaLoad
-from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames
+from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames, Series
 from orchestrator.engines.metrics import parse_replica_load
 
 METRIC_NAMES: Final = MetricNames(
-    running="vllm:num_requests_running",
-    waiting="vllm:num_requests_waiting",
+    running=(Series("vllm:num_requests_running"),),
+    waiting=(Series("vllm:num_requests_waiting"),),
     # Despite the name, a ratio in [0, 1] ("1 means 100 percent usage").
-    kv_cache_usage="vllm:kv_cache_usage_perc",
-    prompt_tokens_total="vllm:prompt_tokens_total",
-    generation_tokens_total="vllm:generation_tokens_total",
+    kv_cache_usage=Series("vllm:kv_cache_usage_perc"),
+    # vLLM counts tokens as each engine step produces them, so the rate is live.
+    generation_tokens=(Series("vllm:generation_tokens_total"),),
+    prompt_tokens=(Series("vllm:prompt_tokens_total"),),
 )
 
 SERVE_ARGS: Final = (

@@ -9,9 +9,9 @@ import pytest
 from orchestrator.core.records import ReplicaLoad
 from orchestrator.engines import (
     MalformedMetricsPageError,
+    MissingMetricsError,
     adapter_for,
     parse_replica_load,
-    sglang,
     vllm,
 )
 
@@ -42,17 +42,25 @@ def test_load_is_stamped_with_the_scrape_time_given() -> None:
     assert load.observed_at_s == 12.5
 
 
-def test_sglang_page_reads_running_queued_token_usage_and_token_counters() -> None:
+def test_sglang_page_sums_data_parallel_ranks_and_counts_tensor_parallel_ranks_once() -> None:
     load = adapter_for("sglang").parse_load(_page("sglang.txt"), now_s=3.0)
 
     assert load == ReplicaLoad(
-        running=5,
-        waiting=2,
+        running=3 + 2,
+        waiting=2 + 0,
         kv_cache_usage=0.42,
-        prompt_tokens_total=98765.0,
-        generation_tokens_total=43210.0,
+        prompt_tokens_total=61000.0 + 30000.0,
+        generation_tokens_total=40110.0 + 20000.0,
         observed_at_s=3.0,
     )
+
+
+def test_sglang_tokens_come_from_the_per_step_counter_not_the_finished_request_ones() -> None:
+    """`sglang:generation_tokens_total` moves only when a request ends; the page's 43210 is it."""
+    load = adapter_for("sglang").parse_load(_page("sglang.txt"), now_s=0.0)
+
+    assert load.generation_tokens_total != 43210.0
+    assert load.prompt_tokens_total != 98765.0
 
 
 def test_simulated_engine_page_is_read_with_vllm_names() -> None:
@@ -61,34 +69,59 @@ def test_simulated_engine_page_is_read_with_vllm_names() -> None:
     assert sim == adapter_for("vllm").parse_load(_page("vllm.txt"), now_s=1.0)
 
 
-def test_one_engines_table_finds_nothing_on_another_engines_page() -> None:
-    load = parse_replica_load(_page("sglang.txt"), vllm.METRIC_NAMES, now_s=0.0)
+def test_one_engines_table_on_another_engines_page_is_an_error_naming_what_is_missing() -> None:
+    with pytest.raises(MissingMetricsError) as raised:
+        parse_replica_load(_page("sglang.txt"), vllm.METRIC_NAMES, now_s=0.0)
 
-    assert load == ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0)
+    assert "vllm:num_requests_running" in str(raised.value)
+    assert "vllm:generation_tokens_total" in str(raised.value)
 
 
-def test_page_without_engine_gauges_reads_idle_and_without_counters_reads_unknown() -> None:
+def test_page_without_engine_gauges_is_unknown_load_not_an_idle_replica() -> None:
     page = (
         "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
         "# TYPE process_resident_memory_bytes gauge\n"
         "process_resident_memory_bytes 5.3e+09\n"
     )
 
-    load = parse_replica_load(page, vllm.METRIC_NAMES, now_s=7.0)
+    with pytest.raises(ValueError, match="vllm:kv_cache_usage_perc") as raised:
+        parse_replica_load(page, vllm.METRIC_NAMES, now_s=7.0)
 
-    assert (load.running, load.waiting, load.kv_cache_usage) == (0, 0, 0.0)
-    assert load.prompt_tokens_total is None
-    assert load.generation_tokens_total is None
+    assert isinstance(raised.value, MissingMetricsError)
 
 
-def test_empty_page_reads_as_idle_with_unknown_counters() -> None:
-    load = parse_replica_load("", sglang.METRIC_NAMES, now_s=0.0)
+def test_renamed_gauge_alone_is_reported_missing() -> None:
+    page = _page("vllm.txt").replace("vllm:num_requests_waiting", "vllm:num_requests_queued")
 
-    assert load == ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0)
+    with pytest.raises(MissingMetricsError) as raised:
+        adapter_for("vllm").parse_load(page, now_s=0.0)
+
+    assert raised.value.missing == ("vllm:num_requests_waiting",)
+
+
+def test_sglang_without_its_per_step_counter_names_the_selector() -> None:
+    page = "\n".join(
+        line for line in _page("sglang.txt").splitlines() if "realtime_tokens" not in line
+    )
+
+    with pytest.raises(MissingMetricsError, match=r'realtime_tokens_total\{mode="decode"\}'):
+        adapter_for("sglang").parse_load(page, now_s=0.0)
+
+
+def test_missing_prompt_counter_reads_unknown() -> None:
+    page = "\n".join(line for line in _page("vllm.txt").splitlines() if "prompt_tokens" not in line)
+
+    assert adapter_for("vllm").parse_load(page, now_s=0.0).prompt_tokens_total is None
 
 
 def test_counter_without_help_or_type_lines_is_still_read() -> None:
-    page = 'vllm:prompt_tokens_total{engine="0"} 10.0\nvllm:prompt_tokens_total{engine="1"} 5.0\n'
+    page = (
+        'vllm:num_requests_running{engine="0"} 1.0\n'
+        'vllm:num_requests_waiting{engine="0"} 0.0\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.1\n'
+        'vllm:generation_tokens_total{engine="0"} 7.0\n'
+        'vllm:prompt_tokens_total{engine="0"} 10.0\nvllm:prompt_tokens_total{engine="1"} 5.0\n'
+    )
 
     load = parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0)
 
@@ -112,11 +145,6 @@ def test_counter_without_help_or_type_lines_is_still_read() -> None:
             "<html>\n<body>502 Bad Gateway</body>\n</html>\n",
             "line 1 '<html>'",
             id="html-error-page",
-        ),
-        pytest.param(
-            "# TYPE vllm:num_requests_running histogramm\n",
-            "line 1 '# TYPE vllm:num_requests_running histogramm'",
-            id="unknown-metric-type",
         ),
     ],
 )
@@ -151,6 +179,6 @@ def test_series_given_twice_is_rejected_rather_than_counted_twice() -> None:
 
 
 def test_nan_in_a_metric_the_adapter_does_not_read_is_ignored() -> None:
-    page = "vllm:spec_decode_acceptance_rate NaN\nvllm:num_requests_running 2.0\n"
+    page = _page("vllm.txt") + "vllm:spec_decode_acceptance_rate NaN\n"
 
-    assert parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0).running == 2
+    assert parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0).running == 7

@@ -103,7 +103,10 @@ def failing_replica_app() -> web.Application:
         return response
 
     async def ok(request: web.Request) -> web.Response:
-        return web.Response(text="vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n")
+        return web.Response(
+            text="vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+            "vllm:kv_cache_usage_perc 0\nvllm:generation_tokens_total 0\n"
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", complete)

@@ -266,6 +266,7 @@ class EchoReplica:
     healthy: bool = True  # what `/health` says (200 or 503); a test may flip it
     metrics_page: str = (
         "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0\n"
+        "vllm:generation_tokens_total 0\n"
     )
     received: list[tuple[str, bytes]] = field(default_factory=list)
 

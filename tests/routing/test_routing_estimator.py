@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import ReplicaLoad
+from orchestrator.engines import adapter_for
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
 from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.fleet.workload import WorkloadSampler
@@ -67,11 +69,51 @@ class VirtualReplica:
         )
 
 
+def vllm_page(replica: VirtualReplica) -> str:
+    """What vLLM's `/metrics` would say about the replica (the lines the adapter reads)."""
+    b, labels = replica.batcher, 'engine="0",model_name="openai/gpt-oss-120b"'
+    return (
+        f"vllm:num_requests_running{{{labels}}} {b.num_running}\n"
+        f"vllm:num_requests_waiting{{{labels}}} {b.num_waiting}\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} {b.kv_usage}\n"
+        f"vllm:prompt_tokens_total{{{labels}}} {replica.prompted}\n"
+        f"vllm:generation_tokens_total{{{labels}}} {replica.generated}\n"
+    )
+
+
+def sglang_page(replica: VirtualReplica) -> str:
+    """What current SGLang would say: two tensor-parallel ranks reporting one batch, the per-step
+    token counter by mode, and the finished-request counters (left at 0: they lag)."""
+    b, lines = replica.batcher, []
+    for tp_rank in ("0", "1"):
+        labels = (
+            'engine_type="unified",model_name="openai/gpt-oss-120b",moe_ep_rank="0",'
+            f'pp_rank="0",tp_rank="{tp_rank}"'
+        )
+        lines += [
+            f"sglang:num_running_reqs{{{labels}}} {b.num_running}",
+            f"sglang:num_queue_reqs{{{labels}}} {b.num_waiting}",
+            f"sglang:token_usage{{{labels}}} {b.kv_usage}",
+            f'sglang:realtime_tokens_total{{{labels},mode="prefill_compute"}} {replica.prompted}',
+            f'sglang:realtime_tokens_total{{{labels},mode="prefill_cache"}} 0',
+            f'sglang:realtime_tokens_total{{{labels},mode="decode"}} {replica.generated}',
+        ]
+    lines.append('sglang:generation_tokens_total{model_name="openai/gpt-oss-120b"} 0')
+    return "\n".join(lines) + "\n"
+
+
 def drive(
-    replicas: list[VirtualReplica], offered_tokens_per_s: float, duration_s: float, seed: int = 0
+    replicas: list[VirtualReplica],
+    offered_tokens_per_s: float,
+    duration_s: float,
+    seed: int = 0,
+    page: Callable[[VirtualReplica], str] | None = None,
+    engine: str = "vllm",
 ) -> CapacityEstimator:
     """Poisson GPT-OSS traffic, each request to the replica with the lowest utilisation
-    (in flight over concurrency capacity: what the capacity-headroom scorer maximises)."""
+    (in flight over concurrency capacity: what the capacity-headroom scorer maximises).
+
+    With `page`, each scrape goes through that page and `engine`'s adapter, as a live one does."""
     estimator = CapacityEstimator(target_ttft_s=3.0, target_tpot_s=TARGET_TPOT_S)
     sampler = WorkloadSampler(seed=seed)
     gaps = random.Random(seed + 1)
@@ -83,7 +125,12 @@ def drive(
             replica.run_until(now)
         if now == next_scrape:
             for index, replica in enumerate(replicas):
-                estimator.update(str(index), replica.stats, replica.scrape(now), now)
+                load = (
+                    replica.scrape(now)
+                    if page is None
+                    else adapter_for(engine).parse_load(page(replica), now)
+                )
+                estimator.update(str(index), replica.stats, load, now)
             next_scrape += SCRAPE_S
             continue
         sample = sampler.draw()
@@ -159,3 +206,22 @@ def test_a_queue_over_a_flat_batch_caps_capacity_at_that_batch() -> None:
         load = ReplicaLoad(64, 40, 0.5, generated * 4, generated, float(second))
         estimator.update("r", stats, load, float(second))
     assert stats.capacity_tokens_per_s < 1.2 * 3_200
+
+
+def test_an_sglang_replica_is_learned_as_a_vllm_one_is() -> None:
+    """The same engines, scraped through SGLang's page instead of vLLM's, end at the same
+    capacities: the adapter reads SGLang's per-step token counter and counts its ranks once."""
+    fast, slow = prior(Generation.MI355X), prior(Generation.MI300X)
+    learned = {}
+    for engine, page in (("vllm", vllm_page), ("sglang", sglang_page)):
+        replicas = [
+            VirtualReplica(Generation.MI355X, slow),
+            VirtualReplica(Generation.MI300X, slow),
+        ]
+        drive(replicas, 0.8 * (fast + slow), duration_s=120, seed=11, page=page, engine=engine)
+        learned[engine] = [r.stats.capacity_tokens_per_s for r in replicas]
+    print(f"\nlearned {learned}, true {fast:,.0f} and {slow:,.0f}")
+    assert learned["sglang"] == pytest.approx(learned["vllm"], rel=0.01)
+    mi355x, mi300x = learned["sglang"]
+    assert mi355x > 0.75 * fast  # from a prior of the MI300X's capacity
+    assert mi355x > 3 * mi300x
