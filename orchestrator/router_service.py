@@ -2,6 +2,11 @@
 admission control, per-key limits, dispatcher, scraper, capacity estimator and metrics, started
 and stopped together.
 
+Replica load comes one of two ways, into the same `FleetState`: a router that follows the control
+plane takes it from the routing table (`apply_loads`: one scrape per engine, for every router,
+with the control plane's capacity estimate); a file-fed router scrapes each replica itself
+(`ReplicaScraper`, with its own estimator).
+
 The HTTP frontend and the gRPC frontend both call `RouterService.dispatch` (limits, admission,
 then the dispatcher) and both authenticate through `api_keys`; neither owns state.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +29,7 @@ from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.records import ReplicaState
+from orchestrator.core.records import LoadReport, Replica, ReplicaState
 from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
 from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
 from orchestrator.forwarding.metrics import RouterMetrics
@@ -31,9 +37,10 @@ from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
 from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.estimator import CapacityEstimator
-from orchestrator.routing.fleet_state import FleetState
+from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S, FleetState
 from orchestrator.routing.profile import Profile
 from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
+from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import load_replicas_file
 
@@ -50,6 +57,8 @@ class RouterSettings:
 
     `latency_scale` stretches the latency targets and the request deadline for a simulated fleet
     that runs `latency_scale` times slower than real hardware (the replicas' `timeScale`).
+    `load_stale_after_s` bounds the age of a load report from the control plane: older, the
+    replica's load is unknown (the file-fed scraper sets its own bound from its round length).
     """
 
     latency_scale: float = 1.0
@@ -58,6 +67,7 @@ class RouterSettings:
     request_deadline_s: float = REQUEST_DEADLINE_S
     connect_timeout_s: float = 2.0
     scrape_interval_s: float = DEFAULT_INTERVAL_S
+    load_stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
@@ -116,8 +126,12 @@ class RouterService:
         settings: RouterSettings | None = None,
         registry: CollectorRegistry | None = None,
         clock: Clock | None = None,
+        scrape_replicas: bool = True,
     ) -> None:
+        """`scrape_replicas=False` for a router whose load comes from the control plane's table
+        (`apply_loads`); it then neither scrapes nor health-checks replicas itself."""
         self.settings = settings or RouterSettings()
+        self.scrape_replicas = scrape_replicas
         self.table = table
         self.clock = clock or MonotonicClock()
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -163,6 +177,7 @@ class RouterService:
         self.key_limiter = KeyLimiter(self.admission_metrics)
         self.api_keys: KeyAuthority | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._indexed: tuple[RoutingTable, dict[str, Replica]] | None = None
 
     @classmethod
     def from_config(
@@ -182,10 +197,9 @@ class RouterService:
         if self._tasks:
             return
         await self.upstream.start()
-        self._tasks = [
-            asyncio.create_task(self._follow_table(), name="router-table"),
-            asyncio.create_task(self.scraper.run(), name="router-scraper"),
-        ]
+        self._tasks = [asyncio.create_task(self._follow_table(), name="router-table")]
+        if self.scrape_replicas:
+            self._tasks.append(asyncio.create_task(self.scraper.run(), name="router-scraper"))
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -283,6 +297,41 @@ class RouterService:
             if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
                 count += 1
         return count
+
+    def apply_loads(self, reports: Iterable[LoadReport]) -> None:
+        """Take load reports from the control plane's table: the load (dated on this router's
+        clock), the shared capacity estimate, and a heartbeat's worth of health (a report means
+        the control plane read the engine's page within its heartbeat timeout, as a passed
+        health check would). Reports for replicas not in the current table are ignored."""
+        by_id = self._replicas_by_id()
+        now_s = self.clock.now()
+        stale_after_s = self.settings.load_stale_after_s
+        for report in reports:
+            replica = by_id.get(report.replica_id)
+            if replica is None:
+                continue
+            stats = self.fleet.reported(
+                report.replica_id, report.load, now_s=now_s, stale_after_s=stale_after_s,
+                problem=report.problem,
+            )  # fmt: skip
+            if stats is None:
+                continue
+            if report.capacity_tokens_per_s is not None:
+                stats.capacity_tokens_per_s = report.capacity_tokens_per_s
+            self.breakers.health_checked(report.replica_id, True)
+            self.metrics.circuit_open.labels(report.replica_id).set(1 if stats.circuit_open else 0)
+            self.metrics.capacity.labels(
+                replica.site, replica.pool, replica.generation.value, replica.replica_id
+            ).set(stats.capacity_tokens_per_s)
+        self.metrics.count_routable(self.fleet.routable_per_model(self.table.snapshot().replicas))
+
+    def _replicas_by_id(self) -> dict[str, Replica]:
+        """The current table's replicas by id, with their stats made (once per table)."""
+        table = self.table.snapshot()
+        if self._indexed is None or self._indexed[0] is not table:
+            self.fleet.sync(table)
+            self._indexed = (table, {r.replica_id: r for r in table.replicas})
+        return self._indexed[1]
 
     async def _follow_table(self) -> None:
         """Keep fleet state, estimator, breakers and metrics in step with table changes."""

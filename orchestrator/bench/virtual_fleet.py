@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -331,8 +332,7 @@ class VirtualFleet:
             load = ReplicaLoad(
                 b.num_running, b.num_waiting, b.kv_usage, engine.prompted, engine.generated, now
             )
-            self.state.scraped(replica_id, load)
-            stats = self.state.stats(replica_id)
+            stats = self.state.reported(replica_id, load, now_s=now, stale_after_s=math.inf)
             if stats is not None:
                 self.estimator.update(replica_id, stats, load, now)
 

@@ -17,7 +17,6 @@ they change, so a rotated CA or certificate takes effect on the next pass.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
@@ -137,24 +136,30 @@ class ExternalReplicaChecker:
         self, session: aiohttp.ClientSession, registration: ReplicaRegistration
     ) -> None:
         try:
-            load = await _probe(session, registration.url, adapter_for(registration.engine))
+            load, problem = await _probe(
+                session, registration.url, adapter_for(registration.engine)
+            )
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
             return
         try:
-            reply = await self._registry.heartbeat.remote(registration.replica_id, load)
+            reply = await self._registry.heartbeat.remote(registration.replica_id, load, problem)
             if not reply.known and registration.replica_id in self._configured_ids:
                 await self._registry.register_replica.remote(registration)
         except Exception as exc:  # the registry restarting: the next check registers again
             log.warning("could not report %s: %s", registration.replica_id, exc)
 
 
-async def _probe(session: aiohttp.ClientSession, url: str, adapter: EngineAdapter) -> ReplicaLoad:
-    """Raises unless `/health` answers 200; the load is idle when `/metrics` cannot be read."""
+async def _probe(
+    session: aiohttp.ClientSession, url: str, adapter: EngineAdapter
+) -> tuple[ReplicaLoad | None, str]:
+    """Raises unless `/health` answers 200; then the load, or `None` and why `/metrics` could not
+    be read (the load is unknown then, never idle)."""
     async with session.get(url + adapter.health_path) as health:
         health.raise_for_status()
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+    try:
         async with session.get(url + "/metrics") as metrics:
             metrics.raise_for_status()
-            return adapter.parse_load(await metrics.text(), time.time())
-    return ReplicaLoad(running=0, waiting=0, kv_cache_usage=0.0, observed_at_s=time.time())
+            return adapter.parse_load(await metrics.text(), time.time()), ""
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return None, f"/metrics: {exc or type(exc).__name__}"

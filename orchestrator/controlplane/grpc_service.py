@@ -34,6 +34,7 @@ import ray
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.controlplane.grpc_translate import (
+    delta_to_pb,
     health_from_pb,
     registration_from_pb,
     status_to_pb,
@@ -43,7 +44,7 @@ from orchestrator.controlplane.placement import K8S_NODE_LABEL
 from orchestrator.core.errors import GRPC_STATUS_NAME, ErrorCode, OrchestratorError
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.grpc_tls import server_credentials
-from orchestrator.table.snapshot import RoutingTable
+from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,10 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self, request: pb.WatchRoutingTableRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RoutingTableSnapshot]:
         await self._authorize("WatchRoutingTable", context)
+        if request.with_loads:
+            async for message in self._watch_with_loads(context):
+                yield message
+            return
         after = request.after_version
         while True:
             table: RoutingTable = await _call(
@@ -152,7 +157,32 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             )
             if table.version > after:
                 after = table.version
-                yield table_to_pb(table)
+                yield table_to_pb(table, with_loads=False)
+
+    async def _watch_with_loads(
+        self, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.RoutingTableSnapshot]:
+        """A whole snapshot first, whatever the client has (its loads may be old), then each newer
+        snapshot and, in between, the load deltas."""
+        table: RoutingTable = await _call(
+            self._registry.wait_for_version.remote(0, WATCH_POLL_S),
+            context,
+            WATCH_POLL_S + _CALL_TIMEOUT_S,
+        )
+        after, after_load = table.version, table.load_version
+        yield table_to_pb(table)
+        while True:
+            change: RoutingTable | LoadDelta = await _call(
+                self._registry.wait_for_change.remote(after, after_load, WATCH_POLL_S),
+                context,
+                WATCH_POLL_S + _CALL_TIMEOUT_S,
+            )
+            if isinstance(change, RoutingTable):
+                after, after_load = change.version, change.load_version
+                yield table_to_pb(change)
+            elif change.loads:
+                after_load = change.load_version
+                yield delta_to_pb(change)
 
     async def RegisterReplica(
         self, request: pb.RegisterReplicaRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -14,8 +14,16 @@ from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as
 from orchestrator.controlplane.registry_state import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import parse_generation
-from orchestrator.core.records import EngineKind, NodeHealth, Replica, ReplicaState, Site
-from orchestrator.table.snapshot import RoutingTable
+from orchestrator.core.records import (
+    EngineKind,
+    LoadReport,
+    NodeHealth,
+    Replica,
+    ReplicaLoad,
+    ReplicaState,
+    Site,
+)
+from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
 _STATE_TO_PB: Final = MappingProxyType(
     {
@@ -54,16 +62,84 @@ def replica_to_pb(replica: Replica) -> pb.Replica:
     )
 
 
-def table_to_pb(table: RoutingTable) -> pb.RoutingTableSnapshot:
+def load_to_pb(report: LoadReport) -> pb.ReplicaLoad:
+    load = report.load
+    message = pb.ReplicaLoad(
+        replica_id=report.replica_id,
+        known=load is not None,
+        age_s=report.age_s,
+        capacity_tokens_per_s=report.capacity_tokens_per_s or 0.0,
+        adapter_errors_total=report.adapter_errors_total,
+        adapter_error=report.problem,
+    )
+    if load is not None:
+        message.running = load.running
+        message.waiting = load.waiting
+        message.kv_cache_usage = load.kv_cache_usage
+        if load.prompt_tokens_total is not None:
+            message.prompt_tokens_total = load.prompt_tokens_total
+        if load.generation_tokens_total is not None:
+            message.generation_tokens_total = load.generation_tokens_total
+    return message
+
+
+def load_from_pb(message: pb.ReplicaLoad, received_at_s: float) -> LoadReport:
+    """The report a message carries; its load is stamped `received_at_s − age_s` (receiver's
+    clock), so how old it is can be told without comparing two machines' clocks."""
+    load = None
+    if message.known:
+        load = ReplicaLoad(
+            running=message.running,
+            waiting=message.waiting,
+            kv_cache_usage=message.kv_cache_usage,
+            prompt_tokens_total=message.prompt_tokens_total
+            if message.HasField("prompt_tokens_total")
+            else None,
+            generation_tokens_total=message.generation_tokens_total
+            if message.HasField("generation_tokens_total")
+            else None,
+            observed_at_s=received_at_s - message.age_s,
+        )
+    return LoadReport(
+        replica_id=message.replica_id,
+        load=load,
+        age_s=message.age_s,
+        capacity_tokens_per_s=message.capacity_tokens_per_s or None,
+        adapter_errors_total=message.adapter_errors_total,
+        problem=message.adapter_error,
+    )
+
+
+def table_to_pb(table: RoutingTable, *, with_loads: bool = True) -> pb.RoutingTableSnapshot:
     return pb.RoutingTableSnapshot(
         version=table.version,
         replicas=[replica_to_pb(replica) for replica in table.replicas],
         sites=[pb.Site(name=site.name, rtt_s=dict(site.rtt_s)) for site in table.sites.values()],
+        load_version=table.load_version,
+        loads=[load_to_pb(report) for report in table.loads.values()] if with_loads else [],
     )
 
 
-def table_from_pb(snapshot: pb.RoutingTableSnapshot) -> RoutingTable:
-    """The `RoutingTable` a snapshot carries, as a router's `TableHolder` takes it."""
+def delta_to_pb(delta: LoadDelta) -> pb.RoutingTableSnapshot:
+    return pb.RoutingTableSnapshot(
+        version=delta.version,
+        load_version=delta.load_version,
+        loads=[load_to_pb(report) for report in delta.loads],
+        loads_only=True,
+    )
+
+
+def delta_from_pb(message: pb.RoutingTableSnapshot, received_at_s: float) -> LoadDelta:
+    return LoadDelta(
+        message.version,
+        message.load_version,
+        tuple(load_from_pb(load, received_at_s) for load in message.loads),
+    )
+
+
+def table_from_pb(snapshot: pb.RoutingTableSnapshot, received_at_s: float = 0.0) -> RoutingTable:
+    """The `RoutingTable` a snapshot carries, as a router's `TableHolder` takes it; its loads are
+    dated on the receiver's clock, `received_at_s`."""
     replicas = tuple(
         Replica(
             replica_id=r.id,
@@ -81,7 +157,12 @@ def table_from_pb(snapshot: pb.RoutingTableSnapshot) -> RoutingTable:
         for r in snapshot.replicas
     )
     sites = MappingProxyType({s.name: Site(s.name, dict(s.rtt_s)) for s in snapshot.sites})
-    return RoutingTable(snapshot.version, replicas, sites)
+    loads = MappingProxyType(
+        {load.replica_id: load_from_pb(load, received_at_s) for load in snapshot.loads}
+    )
+    return RoutingTable(
+        snapshot.version, replicas, sites, loads=loads, load_version=snapshot.load_version
+    )
 
 
 def registration_from_pb(request: pb.RegisterReplicaRequest) -> ReplicaRegistration:
@@ -141,6 +222,7 @@ def status_to_pb(status: RegistryStatus) -> pb.GetStatusResponse:
                 waiting=load.waiting if load else 0,
                 kv_cache_usage=load.kv_cache_usage if load else 0.0,
                 heartbeat_age_s=entry.heartbeat_age_s,
+                load=None if entry.load is None else load_to_pb(entry.load),
             )
         )
     return pb.GetStatusResponse(version=status.version, pools=pools, replicas=replicas)

@@ -31,15 +31,19 @@ from orchestrator.controlplane.registry_state import (
     RegistryState,
     RegistryStatus,
     ReplicaRegistration,
+    default_estimator,
 )
 from orchestrator.core.records import NodeHealth, ReplicaLoad
-from orchestrator.table.snapshot import RoutingTable
+from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
 REGISTRY_NAME: Final = "orchestrator-registry"
 NAMESPACE: Final = "orchestrator"
 # How often a long poll re-checks heartbeats while it waits: stale replicas turn unhealthy within
 # `heartbeat_timeout_s` plus this.
 _EXPIRY_CHECK_S: Final = 0.5
+# How long a watcher's load delta gathers heartbeats once one arrived: at 512 replicas beating
+# once a second, one delta carries about a hundred reports instead of one each.
+LOAD_BATCH_S: Final = 0.2
 
 _T = TypeVar("_T")
 _KV_NAMESPACE: Final = b"orchestrator"
@@ -64,6 +68,7 @@ class Registry:
             heartbeat_timeout_s=heartbeat_timeout_s,
             sizes=self._saved_sizes(),
             rebuild_s=heartbeat_timeout_s if _restarted() else 0.0,
+            estimator=default_estimator(config.router.latency_scale or 1.0),
         )
         self._changed: asyncio.Event | None = None
 
@@ -73,9 +78,11 @@ class Registry:
     async def deregister_replica(self, replica_id: str) -> bool:
         return self._after(self._state.deregister(replica_id))
 
-    async def heartbeat(self, replica_id: str, load: ReplicaLoad) -> HeartbeatReply:
+    async def heartbeat(
+        self, replica_id: str, load: ReplicaLoad | None, problem: str = ""
+    ) -> HeartbeatReply:
         self._expire()
-        return self._after(self._state.heartbeat(replica_id, load))
+        return self._after(self._state.heartbeat(replica_id, load, problem))
 
     async def report_node_health(self, node: str, health: NodeHealth) -> None:
         self._state.report_node_health(node, health)
@@ -101,6 +108,31 @@ class Registry:
     async def status(self) -> RegistryStatus:
         self._expire()
         return self._state.status()
+
+    async def wait_for_change(
+        self, after: int, after_load: int, timeout_s: float
+    ) -> RoutingTable | LoadDelta:
+        """The whole table once its version exceeds `after`; else the load reports newer than
+        `after_load`, gathered for `LOAD_BATCH_S` after the first; else, after `timeout_s`, an empty
+        delta (the watch's keep-alive). Like `wait_for_version`, nothing before a restarted
+        registry is rebuilt."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._expire()
+            rebuilt = self._state.rebuilt()
+            if rebuilt and self._state.version > after:
+                return self._state.table()
+            if rebuilt and self._state.load_version > after_load:
+                await asyncio.sleep(LOAD_BATCH_S)
+                if self._state.version > after:
+                    return self._state.table()
+                return self._state.loads_since(after_load)
+            left = deadline - time.monotonic()
+            if rebuilt and left <= 0:
+                return self._state.loads_since(after_load)
+            changed = self._event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), max(min(left, _EXPIRY_CHECK_S), 0.05))
 
     async def wait_for_version(self, after: int, timeout_s: float) -> RoutingTable:
         """The table once its version exceeds `after`, or the current one after `timeout_s`.

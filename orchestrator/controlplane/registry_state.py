@@ -12,9 +12,12 @@ plain object. Rules:
 - Draining a pool drains all its replicas and sets its desired size to 0, so the reconciler does not
   replace them; draining one replica leaves the size alone, so the reconciler replaces it.
 - The version grows by one on every change a router or the reconciler can see (the table, the
-  desired sizes). Load alone does not bump it: the table carries no load. `first_version` lets a
-  restarted registry start above every version it handed out before (the actor passes wall-clock
-  milliseconds), because routers only take newer versions.
+  desired sizes). `first_version` lets a restarted registry start above every version it handed
+  out before (the actor passes wall-clock milliseconds), because routers only take newer versions.
+- Load alone does not bump the version: the table's load has its own `load_version`
+  (`ReplicaLoads`), so hundreds of heartbeats a second do not rebuild every router's table, and
+  reaches watchers as deltas (`loads_since`). A heartbeat without a load (the engine answered,
+  its page was an adapter error) keeps the replica listed and counts the error.
 """
 
 from __future__ import annotations
@@ -25,11 +28,22 @@ from dataclasses import dataclass, field, replace
 
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.reconcile import ObservedState
+from orchestrator.controlplane.replica_loads import ReplicaLoads
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import EngineKind, NodeHealth, Replica, ReplicaLoad, ReplicaState
+from orchestrator.core.records import (
+    EngineKind,
+    LoadReport,
+    NodeHealth,
+    Replica,
+    ReplicaLoad,
+    ReplicaState,
+)
 from orchestrator.fleet.figures import FleetFigures, capacity_prior_tokens_per_s, load_figures
-from orchestrator.table.snapshot import RoutingTable
+from orchestrator.router_service import TARGET_TPOT_S as DEFAULT_TARGET_TPOT_S
+from orchestrator.router_service import TARGET_TTFT_S as DEFAULT_TARGET_TTFT_S
+from orchestrator.routing.estimator import CapacityEstimator
+from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 3.0
 DEFAULT_DRAIN_GRACE_S = 2.0
@@ -82,11 +96,12 @@ class HeartbeatReply:
 @dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     """One registered replica for an operator: its record, its row in the table (`None` once
-    gone), and how long ago its last heartbeat arrived."""
+    gone), how long ago its last heartbeat arrived, and its load report (`None` before any)."""
 
     record: ReplicaRecord
     listed: Replica | None
     heartbeat_age_s: float
+    load: LoadReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +129,12 @@ class RegistryState:
         figures: FleetFigures | None = None,
         sizes: Mapping[str, int] | None = None,
         rebuild_s: float = 0.0,
+        estimator: CapacityEstimator | None = None,
     ) -> None:
         """`sizes` overrides config's desired sizes (what `scale` and `drain` set before a restart);
         entries for pools no longer in config, or external ones, are ignored. `rebuild_s` > 0 marks
-        a restarted registry: see `rebuilt`."""
+        a restarted registry: see `rebuilt`. `estimator` learns each replica's capacity from its
+        heartbeats (by default against the router's default latency targets, unscaled)."""
         self._config = config
         self._now_s = now_s
         self._version = first_version
@@ -134,10 +151,15 @@ class RegistryState:
         self._stale: frozenset[str] = frozenset()
         self._unplaceable: dict[str, str] = {}
         self._rebuilding_until_s: float | None = now_s() + rebuild_s if rebuild_s > 0 else None
+        self._loads = ReplicaLoads(estimator or default_estimator(1.0), now_s=now_s)
 
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def load_version(self) -> int:
+        return self._loads.version
 
     @property
     def config(self) -> OrchestratorConfig:
@@ -190,12 +212,16 @@ class RegistryState:
         """Forget a replica; returns whether it was known."""
         if self._replicas.pop(replica_id, None) is None:
             return False
+        self._loads.forget(replica_id)
         self._stale = self._stale - {replica_id}
         self._bump()
         return True
 
-    def heartbeat(self, replica_id: str, load: ReplicaLoad) -> HeartbeatReply:
-        """Record `load`; a draining replica with nothing in flight after the grace becomes gone."""
+    def heartbeat(
+        self, replica_id: str, load: ReplicaLoad | None, problem: str = ""
+    ) -> HeartbeatReply:
+        """Record `load` (or, when `None`, the adapter's `problem` reading the page); a draining
+        replica with nothing in flight after the grace becomes gone."""
         record = self._replicas.get(replica_id)
         if record is None:
             return HeartbeatReply(known=False)
@@ -203,13 +229,18 @@ class RegistryState:
         changed = replica_id in self._stale
         self._stale = self._stale - {replica_id}
         record = replace(record, last_heartbeat_s=now, load=load)
+        self._loads.record(
+            replica_id, load, prior_tokens_per_s=self._prior(record.registration), problem=problem
+        )
         if (
             record.state is ObservedState.DRAINING
             and now - record.since_s >= self._drain_grace_s
+            and load is not None
             and load.running == 0
             and load.waiting == 0
         ):
             record = replace(record, state=ObservedState.GONE, since_s=now)
+            self._loads.forget(replica_id)
             changed = True
         self._replicas[replica_id] = record
         if changed:
@@ -295,7 +326,25 @@ class RegistryState:
             for record in self.replicas()
             if record.state in (ObservedState.READY, ObservedState.DRAINING)
         ]
-        return RoutingTable(self._version, tuple(listed), self._config.site_records())
+        reports = self._loads.all()
+        loads = {r.replica_id: reports[r.replica_id] for r in listed if r.replica_id in reports}
+        return RoutingTable(
+            self._version,
+            tuple(listed),
+            self._config.site_records(),
+            loads=loads,
+            load_version=self._loads.version,
+        )
+
+    def loads_since(self, load_version: int) -> LoadDelta:
+        """The load reports of listed replicas recorded after `load_version`."""
+        listed = {
+            r.replica_id
+            for r in self._replicas.values()
+            if r.state in (ObservedState.READY, ObservedState.DRAINING)
+        }
+        reports = tuple(r for r in self._loads.since(load_version) if r.replica_id in listed)
+        return LoadDelta(self._version, self._loads.version, reports)
 
     def status(self) -> RegistryStatus:
         now = self._now_s()
@@ -304,15 +353,23 @@ class RegistryState:
             self._version,
             self.desired_pools(),
             tuple(
-                ReplicaStatus(record, listed.get(record.replica_id), now - record.last_heartbeat_s)
+                ReplicaStatus(
+                    record,
+                    listed.get(record.replica_id),
+                    now - record.last_heartbeat_s,
+                    self._loads.report(record.replica_id),
+                )
                 for record in self.replicas()
             ),
             dict(self._unplaceable),
         )
 
+    def _prior(self, reg: ReplicaRegistration) -> float:
+        prior = capacity_prior_tokens_per_s(self._figures, reg.generation)
+        return prior / reg.time_scale if reg.time_scale > 0 else prior
+
     def _replica(self, record: ReplicaRecord) -> Replica:
         reg = record.registration
-        prior = capacity_prior_tokens_per_s(self._figures, reg.generation)
         if record.replica_id in self._stale:
             state = ReplicaState.UNHEALTHY
         elif record.state is ObservedState.DRAINING:
@@ -327,7 +384,7 @@ class RegistryState:
             site=reg.site,
             generation=reg.generation,
             engine=reg.engine,
-            capacity_prior_tokens_per_s=prior / reg.time_scale if reg.time_scale > 0 else prior,
+            capacity_prior_tokens_per_s=self._prior(reg),
             node=reg.node,
             state=state,
             node_health=self._node_health.get(reg.node, NodeHealth.HEALTHY),
@@ -336,6 +393,15 @@ class RegistryState:
     def _bump(self) -> int:
         self._version += 1
         return self._version
+
+
+def default_estimator(latency_scale: float) -> CapacityEstimator:
+    """The estimator a router would run, against the router's default latency targets stretched by
+    `latency_scale` (the config's `router.latencyScale` for a slowed-down simulated fleet)."""
+    return CapacityEstimator(
+        target_ttft_s=DEFAULT_TARGET_TTFT_S * latency_scale,
+        target_tpot_s=DEFAULT_TARGET_TPOT_S * latency_scale,
+    )
 
 
 def _expected_size(pool: PoolSpec) -> int:

@@ -4,7 +4,10 @@ A real engine runs on the GPUs Ray assigned this actor (placement.py asks for th
 pool's placeholder list: several replicas on one 8-GPU node each get GPUs of their own.
 
 Its life: start the engine, wait until `/health` answers, register the endpoint, then once a second
-scrape the engine's `/metrics` (read through the engine adapter) and heartbeat the load. When a
+scrape the engine's `/metrics` (read through the engine adapter) and heartbeat the load: this is
+the one scrape of the engine, and the load reaches routers in the routing table. A page the
+adapter cannot read (a metric renamed or missing) still heartbeats, with no load and the
+adapter's error, so the replica stays listed with its load unknown. When a
 heartbeat says the registry forgot it (the registry restarted), it registers again, draining again
 if it was: that is how a restarted registry is rebuilt. A registry that does not answer is retried
 on the next beat, so a replica keeps serving through a control-plane restart.
@@ -148,9 +151,15 @@ class ReplicaActor:
                 log.warning("heartbeat of %s failed: %s", self._registration.replica_id, exc)
 
     async def _heartbeat(self) -> None:
-        load = await self._scrape()
+        text = await self._scrape()
+        load: ReplicaLoad | None = None
+        problem = ""
+        try:
+            load = self._adapter.parse_load(text, time.time())
+        except ValueError as exc:
+            problem = str(exc)
         reply = await asyncio.wait_for(
-            self._registry.heartbeat.remote(self._registration.replica_id, load),
+            self._registry.heartbeat.remote(self._registration.replica_id, load, problem),
             self._heartbeat_s * 5,
         )
         if reply.known:
@@ -165,12 +174,12 @@ class ReplicaActor:
                 self._registry.drain.remote(self._registration.replica_id), timeout_s
             )
 
-    async def _scrape(self) -> ReplicaLoad:
+    async def _scrape(self) -> str:
+        """The engine's `/metrics` page; raises when it does not answer 200 (no heartbeat then)."""
         assert self._session is not None
         async with self._session.get(self._registration.url + "/metrics") as response:
             response.raise_for_status()
-            text = await response.text()
-        return self._adapter.parse_load(text, time.time())
+            return await response.text()
 
 
 def assigned_gpus() -> tuple[int, ...]:

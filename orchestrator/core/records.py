@@ -33,6 +33,26 @@ class ReplicaLoad:
     observed_at_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """One replica's load as the one place that scrapes it last read it: a row of the routing
+    table's load, streamed to routers.
+
+    `load` is `None` while unknown: no page read yet, or the last page an adapter error (`problem`
+    says which; `adapter_errors_total` counts them since the replica registered). `age_s` is how
+    old the reading was when the report was made, so a receiver dates it on its own clock.
+    `capacity_tokens_per_s` is the capacity estimated where the scrapes are (the same figure for
+    every router); `None` before there is one.
+    """
+
+    replica_id: str
+    load: ReplicaLoad | None
+    age_s: float = 0.0
+    capacity_tokens_per_s: float | None = None
+    adapter_errors_total: int = 0
+    problem: str = ""
+
+
 class ReplicaState(StrEnum):
     """Where a replica is in its life, as the routing table knows it."""
 

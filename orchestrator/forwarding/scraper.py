@@ -1,6 +1,12 @@
-"""Keep the router's picture of each replica fresh: poll `/health` and `/metrics` about once a
-second, store the engine's load, fold it into the capacity estimate, and let health decide the
-replica's circuit (see `breaker`).
+"""The file-fed router's own view of each replica (`router --config`): poll `/health` and
+`/metrics`, store the engine's load, fold it into the capacity estimate, and let health decide the
+replica's circuit (see `breaker`). A router that follows the control plane does none of this: the
+control plane scrapes each engine once and streams the load in the routing table.
+
+A round visits every replica once, spread evenly over the round (one page at a time, never a
+burst that stalls the event loop), and a round lasts longer as the fleet grows: at most
+`pages_per_s` replicas a second, at least `interval_s` per round. A load older than three rounds is
+stale (`FleetState.reported`). Only the series the adapter reads are parsed.
 
 Health here is router-local: a replica that fails its checks is skipped by this router, not
 removed from the shared routing table. A failed scrape or check is logged and counted, never
@@ -14,7 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from orchestrator.core.clock import Clock, MonotonicClock
-from orchestrator.core.records import Replica, ReplicaState
+from orchestrator.core.records import Replica
 from orchestrator.engines import adapter_for
 from orchestrator.forwarding.breaker import BreakerState, CircuitBreakers
 from orchestrator.forwarding.dispatcher import UpstreamErrorKind
@@ -28,6 +34,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_TIMEOUT_S = 2.0
+# Replicas visited per second at most: about 5% of a core for vLLM-sized pages (the scale bench
+# measures it); 64 replicas are still visited every second, 512 every 8 s.
+DEFAULT_PAGES_PER_S = 64.0
+STALE_AFTER_ROUNDS = 3
 
 
 class ReplicaScraper:
@@ -48,6 +58,7 @@ class ReplicaScraper:
         metrics: RouterMetrics,
         interval_s: float = DEFAULT_INTERVAL_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        pages_per_s: float = DEFAULT_PAGES_PER_S,
         clock: Clock | None = None,
     ) -> None:
         self._table = table
@@ -58,37 +69,68 @@ class ReplicaScraper:
         self._metrics = metrics
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.pages_per_s = pages_per_s
         self._clock = clock or MonotonicClock()
         self.rounds = 0
 
+    def round_s(self, replicas: int) -> float:
+        """How long one round over `replicas` replicas lasts."""
+        return max(self.interval_s, replicas / self.pages_per_s)
+
+    def stale_after_s(self, replicas: int) -> float:
+        return STALE_AFTER_ROUNDS * self.round_s(replicas)
+
     async def run(self) -> None:
-        """Scrape forever, one round per interval (a slow round delays the next, never overlaps)."""
+        """Scrape forever: the first round at once (a new router knows its fleet from the start),
+        then round after round, each replica's visit at its slot in the round (a slow replica
+        delays nobody else; a slow round delays the next, never overlaps)."""
+        first = True
         while True:
-            started = self._clock.now()
             try:
-                await self.scrape_all()
+                if first:
+                    first = False
+                    await self.scrape_all()
+                    await asyncio.sleep(self.interval_s)
+                    continue
+                await self._paced_round()
             except Exception:  # a bug here must not stop health checking for good
                 log.exception("scrape round failed")
-            await asyncio.sleep(max(0.0, self.interval_s - (self._clock.now() - started)))
+                await asyncio.sleep(self.interval_s)
+
+    async def _paced_round(self) -> None:
+        replicas = self._table().replicas
+        if not replicas:
+            await asyncio.sleep(self.interval_s)
+            return
+        gap_s = self.round_s(len(replicas)) / len(replicas)
+        started = self._clock.now()
+        visits = []
+        listed = self._table()
+        listed_ids = {r.replica_id for r in listed.replicas}
+        for index, replica in enumerate(replicas):
+            if self._table() is not listed:  # the table changed during the round
+                listed = self._table()
+                listed_ids = {r.replica_id for r in listed.replicas}
+            if replica.replica_id in listed_ids:  # a replica that left is not visited
+                visits.append(asyncio.create_task(self.scrape(replica, len(replicas))))
+            await asyncio.sleep(max(0.0, started + (index + 1) * gap_s - self._clock.now()))
+        await asyncio.gather(*visits)
+        self._finish_round(replicas)
 
     async def scrape_all(self) -> None:
-        """One round over every replica of the current table, concurrently."""
+        """One round over every replica of the current table, all at once (tests and start-up)."""
         replicas = self._table().replicas
-        await asyncio.gather(*(self.scrape(replica) for replica in replicas))
-        self._metrics.count_routable(self._routable_per_model(replicas))
+        await asyncio.gather(*(self.scrape(replica, len(replicas)) for replica in replicas))
+        self._finish_round(replicas)
+
+    def _finish_round(self, replicas: Sequence[Replica]) -> None:
+        self._metrics.count_routable(self._fleet.routable_per_model(replicas))
         self.rounds += 1
 
-    def _routable_per_model(self, replicas: Sequence[Replica]) -> dict[str, int]:
-        """Ready replicas with a closed circuit, per model (as `/ready` counts them)."""
-        counts = {replica.model: 0 for replica in replicas}
-        for replica in replicas:
-            stats = self._fleet.stats(replica.replica_id)
-            if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
-                counts[replica.model] += 1
-        return counts
+    async def scrape(self, replica: Replica, fleet_size: int = 1) -> None:
+        """Health check, then load and capacity; updates the breaker, stats and gauges.
 
-    async def scrape(self, replica: Replica) -> None:
-        """Health check, then load and capacity; updates the breaker, stats and gauges."""
+        `fleet_size` sets how long the load stays fresh (three rounds of that many replicas)."""
         adapter = adapter_for(replica.engine)
         healthy = await self._get(replica, adapter.health_path) is not None
         if not healthy:
@@ -102,10 +144,10 @@ class ReplicaScraper:
         if not healthy:
             return
         page = await self._get(replica, "/metrics")
-        stats = self._fleet.stats(replica.replica_id)
-        if page is None or stats is None:
+        if page is None:
             return
         now_s = self._clock.now()
+        stale_after_s = self.stale_after_s(fleet_size)
         try:
             load = adapter.parse_load(page, now_s)
         except ValueError as error:
@@ -113,8 +155,16 @@ class ReplicaScraper:
             self._metrics.upstream_errors.labels(
                 replica.replica_id, UpstreamErrorKind.SCRAPE.value
             ).inc()
+            self._fleet.reported(
+                replica.replica_id, None, now_s=now_s, stale_after_s=stale_after_s,
+                problem=str(error),
+            )  # fmt: skip
             return
-        self._fleet.scraped(replica.replica_id, load)
+        stats = self._fleet.reported(
+            replica.replica_id, load, now_s=now_s, stale_after_s=stale_after_s
+        )
+        if stats is None:
+            return
         self._estimator.update(replica.replica_id, stats, load, now_s)
         self._metrics.capacity.labels(
             replica.site, replica.pool, replica.generation.value, replica.replica_id

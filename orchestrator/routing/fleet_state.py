@@ -3,12 +3,17 @@ and the bookkeeping the forwarder does around each request."""
 
 from __future__ import annotations
 
-from orchestrator.core.records import Replica, ReplicaLoad
+import math
+from collections.abc import Sequence
+
+from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.routing.plugin import Candidate
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
 LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency averages
+# A load older than this is unknown, not idle: three missed reports at the default interval.
+DEFAULT_LOAD_STALE_AFTER_S = 3.0
 
 
 class FleetState:
@@ -52,6 +57,15 @@ class FleetState:
         self._candidates = (table, out)
         return out
 
+    def routable_per_model(self, replicas: Sequence[Replica]) -> dict[str, int]:
+        """Ready replicas with a closed circuit, per model (as `/ready` counts them)."""
+        counts = {replica.model: 0 for replica in replicas}
+        for replica in replicas:
+            stats = self._stats.get(replica.replica_id)
+            if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
+                counts[replica.model] += 1
+        return counts
+
     # -- the forwarder's bookkeeping -----------------------------------------------------------
 
     def started(self, replica: Replica) -> None:
@@ -79,10 +93,36 @@ class FleetState:
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
 
-    def scraped(self, replica_id: str, load: ReplicaLoad) -> None:
+    def reported(
+        self,
+        replica_id: str,
+        load: ReplicaLoad | None,
+        *,
+        now_s: float,
+        stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S,
+        problem: str = "",
+    ) -> ReplicaStats | None:
+        """Take a load report read at `now_s` (router clock): `load` was observed at its
+        `observed_at_s` on the same clock and stays known until `stale_after_s` after that.
+
+        `others` is fixed here, as the engine's requests minus this router's in flight now; what
+        this router sends later adds to its own in-flight, so decisions between two reports count
+        it. `None` (with the adapter's `problem`) makes the load unknown at once; the last figure
+        of `others` is kept. Returns the stats, `None` for a replica not in the table.
+        """
         stats = self._stats.get(replica_id)
-        if stats is not None:
-            stats.load = load
+        if stats is None:
+            return None
+        if load is None:
+            stats.load = None
+            stats.load_known_until_s = -math.inf
+            stats.load_problem = problem
+            return stats
+        stats.load = load
+        stats.others = max(0, load.running + load.waiting - stats.in_flight)
+        stats.load_known_until_s = min(load.observed_at_s, now_s) + stale_after_s
+        stats.load_problem = ""
+        return stats
 
 
 def _smooth(previous: float | None, value: float) -> float:

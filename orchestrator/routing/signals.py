@@ -55,13 +55,7 @@ def utilisations(
         capacity = capacity if capacity > 1.0 else 1.0  # max(1.0, capacity), NaN included
         if candidate.replica.node_health is degraded:
             capacity *= degraded_capacity_factor
-        outstanding = in_flight = stats.in_flight
-        load = stats.load
-        if load is not None:
-            others = load.running + load.waiting - in_flight
-            if others > 0:
-                outstanding += others
-        out.append((outstanding + 1) / capacity)
+        out.append((stats.in_flight + stats.others + 1) / capacity)
     return out
 
 

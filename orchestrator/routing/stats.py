@@ -1,12 +1,14 @@
 """Live, per-replica facts the router keeps between table updates: in flight, latency, capacity.
 
 One `ReplicaStats` per replica id, owned by the router process. The forwarder counts requests in
-and out and records their latencies; the scraper stores the engine's last `ReplicaLoad`; the
-capacity estimator writes `capacity_tokens_per_s`. Plugins only read.
+and out and records their latencies; the engine's last `ReplicaLoad` arrives from the control
+plane's routing table (or this router's own scraper, in file-fed mode) through
+`FleetState.reported`, with the capacity estimate. Plugins only read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from orchestrator.core.records import ReplicaLoad
@@ -24,7 +26,14 @@ class ReplicaStats:
     output_tokens_total: int = 0
     ttft_s: float | None = None  # exponentially weighted, from completed requests
     tpot_s: float | None = None
-    load: ReplicaLoad | None = None  # last scrape of the engine's /metrics
+    load: ReplicaLoad | None = None  # the engine's last readable load; None while unknown
+    # Requests the engine held, by that load, that this router had not sent: other routers'.
+    # Fixed at the report, so what this router sends after it adds on top (see `outstanding`).
+    others: int = 0
+    # Until when (router clock) the load counts as known: inf before any report (no data is not
+    # bad data), -inf while the engine's page is an adapter error (`load_problem` says which).
+    load_known_until_s: float = math.inf
+    load_problem: str = ""
     circuit_open: bool = False
 
     def concurrency_capacity(self, target_tpot_s: float) -> float:
@@ -32,7 +41,10 @@ class ReplicaStats:
         return max(1.0, self.capacity_tokens_per_s * target_tpot_s)
 
     def others_in_flight(self) -> int:
-        """Requests the engine runs or queues that this router did not send (other routers)."""
-        if self.load is None:
-            return 0
-        return max(0, self.load.running + self.load.waiting - self.in_flight)
+        """Requests the engine runs or queues that this router did not send (other routers), as
+        of the last report; a stale report keeps its figure rather than reading as idle."""
+        return self.others
+
+    def load_known(self, now_s: float) -> bool:
+        """Whether the last load may be believed at `now_s` (not stale, not an adapter error)."""
+        return now_s <= self.load_known_until_s

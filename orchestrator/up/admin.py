@@ -16,6 +16,7 @@ import grpc
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.grpc_tls import channel_credentials
 
@@ -61,9 +62,12 @@ class PoolRow:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaRow:
-    """One replica as `status` shows it; `capacity_tokens_per_s` is the table's prior (wall clock),
-    0 once the replica is gone. `state` is the control plane's view (ready, draining, gone) unless
-    the routing table marks it unhealthy."""
+    """One replica as `status` shows it; `capacity_tokens_per_s` is the control plane's estimate
+    (its prior until heartbeats teach it; wall clock), 0 once the replica is gone. `state` is the
+    control plane's view (ready, draining, gone) unless the routing table marks it unhealthy.
+    `load` says whether routers may believe its load: "fresh", "stale" (older than
+    `LOAD_STALE_AFTER_S`: routers treat it as unknown), "unknown" (its page is an adapter error,
+    `adapter_error`) or "none" (no heartbeat yet); `load_age_s` is `None` without a report."""
 
     id: str
     pool: str
@@ -76,6 +80,10 @@ class ReplicaRow:
     kv_cache_usage: float
     health: str
     heartbeat_age_s: float
+    load: str = "none"
+    load_age_s: float | None = None
+    adapter_errors: int = 0
+    adapter_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,10 @@ class Status:
             "pools": [asdict(p) for p in self.pools],
             "replicas": [asdict(r) for r in self.replicas],
         }
+
+
+# Matches the routers' default bound (`RouterSettings.load_stale_after_s`).
+LOAD_STALE_AFTER_S = DEFAULT_LOAD_STALE_AFTER_S
 
 
 class ControlPlaneClient:
@@ -156,6 +168,10 @@ def status_from_pb(response: Any) -> Status:
         state = entry.observed_state
         if listed and row.state == pb.REPLICA_STATE_UNHEALTHY:
             state = _STATE_NAMES[row.state]
+        report = entry.load if entry.HasField("load") else None
+        capacity = row.capacity_prior_tokens_per_s if listed else 0.0
+        if listed and report is not None and report.capacity_tokens_per_s > 0:
+            capacity = report.capacity_tokens_per_s
         replicas.append(
             ReplicaRow(
                 id=entry.id,
@@ -163,12 +179,16 @@ def status_from_pb(response: Any) -> Status:
                 site=row.site if listed else (pool.site if pool else ""),
                 generation=row.generation if listed else (pool.generation if pool else ""),
                 state=state,
-                capacity_tokens_per_s=row.capacity_prior_tokens_per_s if listed else 0.0,
+                capacity_tokens_per_s=capacity,
                 running=entry.running,
                 waiting=entry.waiting,
                 kv_cache_usage=entry.kv_cache_usage,
                 health=_HEALTH_NAMES.get(row.node_health, "healthy") if listed else "-",
                 heartbeat_age_s=entry.heartbeat_age_s,
+                load=_load_word(report),
+                load_age_s=None if report is None else report.age_s,
+                adapter_errors=0 if report is None else report.adapter_errors_total,
+                adapter_error="" if report is None else report.adapter_error,
             )
         )
     rows = [
@@ -186,6 +206,14 @@ def status_from_pb(response: Any) -> Status:
     return Status(version=response.version, pools=rows, replicas=replicas)
 
 
+def _load_word(report: Any) -> str:
+    if report is None:
+        return "none"
+    if not report.known:
+        return "unknown"
+    return "stale" if report.age_s > LOAD_STALE_AFTER_S else "fresh"
+
+
 def format_status(status: Status) -> str:
     """Sites, then pools, then replicas, as aligned text tables."""
     pools = _table(
@@ -198,15 +226,19 @@ def format_status(status: Status) -> str:
     )  # fmt: skip
     replicas = _table(
         ("REPLICA", "POOL", "SITE", "GENERATION", "STATE", "CAPACITY tok/s", "RUNNING", "WAITING",
-         "KV", "HEALTH", "HEARTBEAT"),
+         "KV", "LOAD", "HEALTH", "HEARTBEAT"),
         [
             (r.id, r.pool, r.site, r.generation, r.state, f"{r.capacity_tokens_per_s:.0f}",
-             str(r.running), str(r.waiting), f"{r.kv_cache_usage:.0%}", r.health,
-             f"{r.heartbeat_age_s:.1f}s ago")
+             *_load_cells(r), r.health, f"{r.heartbeat_age_s:.1f}s ago")
             for r in status.replicas
         ],
     )  # fmt: skip
     below = [f"{p.name} is below size: {p.unplaceable}" for p in status.pools if p.unplaceable]
+    below += [
+        f"{r.id}: load unknown after {r.adapter_errors} unreadable pages: {r.adapter_error}"
+        for r in status.replicas
+        if r.load == "unknown"
+    ]
     return "\n".join(
         [
             f"routing table version {status.version}; sites: {', '.join(status.sites) or '-'}",
@@ -217,6 +249,14 @@ def format_status(status: Status) -> str:
             replicas if status.replicas else "no replicas",
         ]
     )
+
+
+def _load_cells(row: ReplicaRow) -> tuple[str, str, str, str]:
+    """RUNNING, WAITING, KV and LOAD: a load routers cannot believe shows no figures."""
+    if row.load in ("unknown", "none"):
+        return "-", "-", "-", row.load
+    figures = (str(row.running), str(row.waiting), f"{row.kv_cache_usage:.0%}")
+    return (*figures, f"{row.load} {row.load_age_s or 0.0:.1f}s")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

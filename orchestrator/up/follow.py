@@ -2,7 +2,8 @@
 
 `orchestrator router --control-plane ADDR` and the router `orchestrator up` starts: the table
 starts empty and the router answers 503 on `/ready` until the first snapshot with a ready replica
-arrives; while the control plane is unreachable it keeps serving from the last snapshot.
+arrives; while the control plane is unreachable it keeps serving from the last snapshot. It scrapes
+no replica: their load arrives in the table (the control plane scrapes each engine once).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ async def following_control_plane(
 ) -> AsyncIterator[None]:
     """Feed `service.table` from the control plane at `target` while the router serves."""
     task = asyncio.create_task(
-        follow_routing_table(target, service.table, tls=tls), name="table-watch"
+        follow_routing_table(
+            target, service.table, tls=tls, loads=service, clock=service.clock.now
+        ),
+        name="table-watch",
     )
     try:
         yield
@@ -66,7 +70,7 @@ def serve_following(
         )
 
     async def main() -> None:
-        service = RouterService(TableHolder(), chosen, settings=settings)
+        service = RouterService(TableHolder(), chosen, settings=settings, scrape_replicas=False)
         await serve_until_stopped(
             service,
             http,

@@ -301,6 +301,7 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             settings=RouterSettings(
                 latency_scale=TIME_SCALE, request_deadline_s=DEADLINE_S / TIME_SCALE
             ),
+            scrape_replicas=False,
         )
         runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
         samples: list[Sample] = []
@@ -318,7 +319,12 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             tasks.append(
                 asyncio.create_task(
                     follow_routing_table(
-                        f"127.0.0.1:{port}", router.table, retry_s=0.2, tls=pki.client_files()
+                        f"127.0.0.1:{port}",
+                        router.table,
+                        retry_s=0.2,
+                        tls=pki.client_files(),
+                        loads=router,
+                        clock=router.clock.now,
                     )
                 )
             )

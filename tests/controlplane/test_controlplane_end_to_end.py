@@ -148,7 +148,10 @@ def stack() -> Iterator[Stack]:
     servers = LoopThread()
     control_plane = ControlPlane(config(), namespace=NAMESPACE, port=0, reconcile_interval_s=0.5)
     router = RouterService(
-        TableHolder(), profile_named("capacity"), settings=RouterSettings(latency_scale=TIME_SCALE)
+        TableHolder(),
+        profile_named("capacity"),
+        settings=RouterSettings(latency_scale=TIME_SCALE),
+        scrape_replicas=False,
     )
     runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
     follower: asyncio.Task[None] | None = None
@@ -160,7 +163,9 @@ def stack() -> Iterator[Stack]:
         site = FastLaneSite(runner, "127.0.0.1", 0, reuse_port=False, backlog=128)
         await site.start()
         follower = asyncio.create_task(
-            follow_routing_table(f"127.0.0.1:{port}", router.table, retry_s=0.2)
+            follow_routing_table(
+                f"127.0.0.1:{port}", router.table, retry_s=0.2, loads=router, clock=router.clock.now
+            )
         )
         return port, int(runner.addresses[0][1])
 

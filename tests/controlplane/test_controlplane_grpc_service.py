@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import grpc
@@ -20,7 +21,8 @@ from orchestrator.controlplane.registry import start_registry
 from orchestrator.controlplane.registry_state import ReplicaRegistration
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import EngineKind, ReplicaState
+from orchestrator.core.records import EngineKind, ReplicaLoad, ReplicaState
+from orchestrator.router_service import RouterService, profile_named
 from orchestrator.table.source import TableHolder
 
 pytestmark = pytest.mark.slow
@@ -156,8 +158,63 @@ def registration(replica_id: str, port: int) -> ReplicaRegistration:
     )
 
 
+def listed_in(holder: TableHolder, replica_id: str) -> bool:
+    return holder.snapshot().replica(replica_id) is not None
+
+
 async def wait_until(check: Callable[[], bool], timeout_s: float = 3.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+def test_each_router_sees_what_the_others_sent_a_replica_within_one_report(registry: Any) -> None:
+    """Two routers following one control plane, neither scraping: the engine's one heartbeat
+    reaches both, and each counts the other's requests as `others`, its own as in flight."""
+
+    async def scenario() -> None:
+        server, port = await start_control_plane_server(registry)
+        routers = [
+            RouterService(TableHolder(), profile_named("capacity"), scrape_replicas=False)
+            for _ in range(2)
+        ]
+        followers = [
+            asyncio.create_task(
+                follow_routing_table(
+                    f"127.0.0.1:{port}", r.table, retry_s=0.1, loads=r, clock=r.clock.now
+                )
+            )
+            for r in routers
+        ]
+        try:
+            await registry.register_replica.remote(registration("shared-a", 8020))
+            for router in routers:
+                await wait_until(partial(listed_in, router.table, "shared-a"))
+            listed = routers[0].table.snapshot().replica("shared-a")
+            assert listed is not None
+            first, second = routers
+            first.apply_loads([])  # make its stats for the new table
+            second.apply_loads([])
+            for _ in range(4):
+                first.fleet.started(listed)
+            for _ in range(3):
+                second.fleet.started(listed)
+            beat = time.monotonic()
+            engine_load = ReplicaLoad(running=7, waiting=0, kv_cache_usage=0.2, observed_at_s=1.0)
+            await registry.heartbeat.remote("shared-a", engine_load)
+
+            def sees(router: RouterService, others: int) -> bool:
+                stats = router.fleet.stats("shared-a")
+                return stats is not None and stats.load is not None and stats.others == others
+
+            await wait_until(lambda: sees(first, 3) and sees(second, 4), timeout_s=2.0)
+            seen_after_s = time.monotonic() - beat
+            print(f"\nboth routers saw the report {seen_after_s * 1000:.0f} ms after the heartbeat")
+            assert seen_after_s < 1.0
+        finally:
+            for follower in followers:
+                follower.cancel()
+            await server.stop(grace=None)
+
+    asyncio.run(scenario())

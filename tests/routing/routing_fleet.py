@@ -69,6 +69,8 @@ def candidate(
     circuit_open: bool = False,
 ) -> Candidate:
     stats = ReplicaStats(replica_.capacity_prior_tokens_per_s, in_flight=in_flight, load=load)
+    if load is not None:  # as `FleetState.reported` fixes it when the report arrives
+        stats.others = max(0, load.running + load.waiting - in_flight)
     stats.ttft_s, stats.tpot_s, stats.circuit_open = ttft_s, tpot_s, circuit_open
     return Candidate(replica_, stats)
 

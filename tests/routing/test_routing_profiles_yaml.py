@@ -43,6 +43,7 @@ def test_the_builtin_profiles_load_with_capacity_as_the_default() -> None:
         ("model-served", False),
         ("healthy", False),
         ("not-draining", False),
+        ("load-known", True),
         ("kv-headroom", True),
         ("fabric-healthy", True),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator.up.admin import format_status, status_from_pb
 
+MISSING = "metrics page lacks vllm:num_requests_waiting: load unknown"
 UNPLACEABLE = "1 replica of pool 'us-mi355x' fit on no node: no live node is in site 'us'"
 
 
@@ -40,6 +41,14 @@ def response() -> pb.GetStatusResponse:
                 running=3,
                 kv_cache_usage=0.25,
                 replica=replica("kr-a", "kr-mi300x", "kr", "MI300X", 336.0),
+                load=pb.ReplicaLoad(
+                    replica_id="kr-a",
+                    known=True,
+                    running=3,
+                    kv_cache_usage=0.25,
+                    age_s=0.4,
+                    capacity_tokens_per_s=301.0,
+                ),
             ),
             pb.ReplicaStatus(id="kr-b", pool="kr-mi300x", observed_state="gone"),
             pb.ReplicaStatus(
@@ -47,6 +56,21 @@ def response() -> pb.GetStatusResponse:
                 pool="us-mi355x",
                 observed_state="ready",
                 replica=replica("us-a", "us-mi355x", "us", "MI355X", 1597.0),
+                load=pb.ReplicaLoad(
+                    replica_id="us-a",
+                    known=False,
+                    adapter_errors_total=4,
+                    adapter_error=MISSING,
+                    capacity_tokens_per_s=1597.0,
+                ),
+            ),
+            pb.ReplicaStatus(
+                id="us-b",
+                pool="us-mi355x",
+                observed_state="ready",
+                running=9,
+                replica=replica("us-b", "us-mi355x", "us", "MI355X", 1597.0),
+                load=pb.ReplicaLoad(replica_id="us-b", known=True, running=9, age_s=7.5),
             ),
         ],
     )
@@ -57,7 +81,7 @@ def test_a_gone_replica_keeps_its_pools_site_and_generation_and_counts_as_not_re
     gone = next(r for r in status.replicas if r.id == "kr-b")
     assert (gone.site, gone.generation, gone.state) == ("kr", "MI300X", "gone")
     ready = {p.name: (p.ready, p.desired) for p in status.pools}
-    assert ready == {"kr-mi300x": (1, 2), "us-mi355x": (1, 1), "eu-ext": (0, None)}
+    assert ready == {"kr-mi300x": (1, 2), "us-mi355x": (2, 1), "eu-ext": (0, None)}
 
 
 def test_the_table_lists_every_site_pool_and_replica_with_capacity_and_load() -> None:
@@ -65,8 +89,8 @@ def test_the_table_lists_every_site_pool_and_replica_with_capacity_and_load() ->
     assert "sites: eu, kr, us" in text
     kr_a = next(line for line in text.splitlines() if line.startswith("kr-a "))
     assert kr_a.split() == [
-        "kr-a", "kr-mi300x", "kr", "MI300X", "ready", "336", "3", "0", "25%", "healthy", "0.0s",
-        "ago",
+        "kr-a", "kr-mi300x", "kr", "MI300X", "ready", "301", "3", "0", "25%", "fresh", "0.4s",
+        "healthy", "0.0s", "ago",
     ]  # fmt: skip
     eu = next(line for line in text.splitlines() if line.startswith("eu-ext"))
     assert eu.split()[-2:] == ["-", "0"]
@@ -80,3 +104,14 @@ def test_a_pool_that_cannot_be_placed_says_why_under_the_pools_and_in_json() -> 
     pools = {p["name"]: p for p in status.to_json()["pools"]}
     assert pools["us-mi355x"]["unplaceable"] == UNPLACEABLE
     assert pools["kr-mi300x"]["unplaceable"] == ""
+
+
+def test_a_stale_or_unreadable_load_is_shown_so_and_never_as_idle_figures() -> None:
+    status = status_from_pb(response())
+    text = format_status(status)
+    lines = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("us-")}
+    assert lines["us-a"][6:10] == ["-", "-", "-", "unknown"]
+    assert lines["us-b"][6:11] == ["9", "0", "0%", "stale", "7.5s"]
+    assert f"us-a: load unknown after 4 unreadable pages: {MISSING}" in text.splitlines()
+    row = next(r for r in status.to_json()["replicas"] if r["id"] == "us-a")
+    assert (row["load"], row["adapter_errors"]) == ("unknown", 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from orchestrator.routing.plugins.filters.fabric_healthy import FabricHealthyFilter
 from orchestrator.routing.plugins.filters.healthy import HealthyFilter
 from orchestrator.routing.plugins.filters.kv_headroom import KvHeadroomFilter
+from orchestrator.routing.plugins.filters.load_known import LoadKnownFilter
 from orchestrator.routing.plugins.filters.model_served import ModelServedFilter
 from orchestrator.routing.plugins.filters.not_draining import NotDrainingFilter
 from orchestrator.routing.plugins.filters.site_allowed import SiteAllowedFilter
@@ -26,6 +27,7 @@ __all__ = [
     "KvHeadroomFilter",
     "LatencySloScorer",
     "LeastRequestsScorer",
+    "LoadKnownFilter",
     "MaxScorePicker",
     "ModelServedFilter",
     "NotDrainingFilter",
@@ -47,6 +49,7 @@ def builtin_registry() -> PluginRegistry:
     registry.register(NotDrainingFilter.TYPE, NotDrainingFilter.from_params)
     registry.register(KvHeadroomFilter.TYPE, KvHeadroomFilter.from_params)
     registry.register(FabricHealthyFilter.TYPE, FabricHealthyFilter.from_params)
+    registry.register(LoadKnownFilter.TYPE, LoadKnownFilter.from_params)
     registry.register(SiteAllowedFilter.TYPE, SiteAllowedFilter.from_params)
     registry.register(CapacityHeadroomScorer.TYPE, CapacityHeadroomScorer.from_params)
     registry.register(LeastRequestsScorer.TYPE, LeastRequestsScorer.from_params)

@@ -56,6 +56,32 @@ class Replica(_message.Message):
     node_health: NodeHealth
     def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., capacity_prior_tokens_per_s: _Optional[float] = ..., node: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., node_health: _Optional[_Union[NodeHealth, str]] = ...) -> None: ...
 
+class ReplicaLoad(_message.Message):
+    __slots__ = ("replica_id", "known", "running", "waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total", "age_s", "capacity_tokens_per_s", "adapter_errors_total", "adapter_error")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_ERROR_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    known: bool
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    prompt_tokens_total: float
+    generation_tokens_total: float
+    age_s: float
+    capacity_tokens_per_s: float
+    adapter_errors_total: int
+    adapter_error: str
+    def __init__(self, replica_id: _Optional[str] = ..., known: _Optional[bool] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., age_s: _Optional[float] = ..., capacity_tokens_per_s: _Optional[float] = ..., adapter_errors_total: _Optional[int] = ..., adapter_error: _Optional[str] = ...) -> None: ...
+
 class Site(_message.Message):
     __slots__ = ("name", "rtt_s")
     class RttSEntry(_message.Message):
@@ -72,20 +98,28 @@ class Site(_message.Message):
     def __init__(self, name: _Optional[str] = ..., rtt_s: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RoutingTableSnapshot(_message.Message):
-    __slots__ = ("version", "replicas", "sites")
+    __slots__ = ("version", "replicas", "sites", "load_version", "loads", "loads_only")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     SITES_FIELD_NUMBER: _ClassVar[int]
+    LOAD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOADS_FIELD_NUMBER: _ClassVar[int]
+    LOADS_ONLY_FIELD_NUMBER: _ClassVar[int]
     version: int
     replicas: _containers.RepeatedCompositeFieldContainer[Replica]
     sites: _containers.RepeatedCompositeFieldContainer[Site]
-    def __init__(self, version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ...) -> None: ...
+    load_version: int
+    loads: _containers.RepeatedCompositeFieldContainer[ReplicaLoad]
+    loads_only: bool
+    def __init__(self, version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., load_version: _Optional[int] = ..., loads: _Optional[_Iterable[_Union[ReplicaLoad, _Mapping]]] = ..., loads_only: _Optional[bool] = ...) -> None: ...
 
 class WatchRoutingTableRequest(_message.Message):
-    __slots__ = ("after_version",)
+    __slots__ = ("after_version", "with_loads")
     AFTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WITH_LOADS_FIELD_NUMBER: _ClassVar[int]
     after_version: int
-    def __init__(self, after_version: _Optional[int] = ...) -> None: ...
+    with_loads: bool
+    def __init__(self, after_version: _Optional[int] = ..., with_loads: _Optional[bool] = ...) -> None: ...
 
 class RegisterReplicaRequest(_message.Message):
     __slots__ = ("id", "url", "pool", "site", "generation", "engine", "node", "time_scale")
@@ -182,7 +216,7 @@ class PoolStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., replicas: _Optional[int] = ..., unplaceable: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("id", "pool", "replica", "observed_state", "running", "waiting", "kv_cache_usage", "heartbeat_age_s")
+    __slots__ = ("id", "pool", "replica", "observed_state", "running", "waiting", "kv_cache_usage", "heartbeat_age_s", "load")
     ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +225,7 @@ class ReplicaStatus(_message.Message):
     WAITING_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     id: str
     pool: str
     replica: Replica
@@ -199,7 +234,8 @@ class ReplicaStatus(_message.Message):
     waiting: int
     kv_cache_usage: float
     heartbeat_age_s: float
-    def __init__(self, id: _Optional[str] = ..., pool: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., observed_state: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    load: ReplicaLoad
+    def __init__(self, id: _Optional[str] = ..., pool: _Optional[str] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ..., observed_state: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., heartbeat_age_s: _Optional[float] = ..., load: _Optional[_Union[ReplicaLoad, _Mapping]] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("version", "pools", "replicas")

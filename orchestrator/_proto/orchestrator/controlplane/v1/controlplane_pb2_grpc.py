@@ -78,8 +78,9 @@ class ControlPlaneServiceServicer:
     """
 
     def WatchRoutingTable(self, request, context):
-        """WatchRoutingTable sends the current snapshot if its version is above `after_version`, then
-        every newer snapshot as it is made, until the client cancels.
+        """WatchRoutingTable sends the current snapshot if its version is above `after_version` (with
+        `with_loads`: always, loads included), then every newer snapshot as it is made, until the
+        client cancels; with `with_loads`, load deltas (`loads_only`) in between.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
