@@ -6,6 +6,11 @@ on `asyncio.Protocol` with keep-alive so that it costs a router benchmark as lit
 possible.
 
     python -m orchestrator.bench.static_backend --port 9001 [--model NAME] [--stream-chunks 16]
+    python -m orchestrator.bench.static_backend --count 512 --vllm-page
+
+With `--count N` it serves N replicas from one process on N free ports, and prints them as one
+JSON line (`{"ports": [...]}`); `--vllm-page` serves a vLLM-sized `/metrics` page (`vllm_page`)
+instead of the few lines a router needs.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
 class StaticReplies:
     """Every reply, encoded once."""
 
-    def __init__(self, model: str, stream_chunks: int) -> None:
+    def __init__(self, model: str, stream_chunks: int, metrics_page: bytes | None = None) -> None:
         usage = {
             "prompt_tokens": 8,
             "completion_tokens": stream_chunks,
@@ -57,7 +62,7 @@ class StaticReplies:
         models = {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "bench"}]}
         info = {"model_path": model, "tokenizer_path": model, "is_generation": True}
         server = {"model_path": model, "max_total_num_tokens": 1 << 20, "context_length": 131072}
-        metrics = (
+        metrics = metrics_page or (
             b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
             b"vllm:kv_cache_usage_perc 0\nvllm:generation_tokens_total 0\n"
         )
@@ -120,10 +125,25 @@ async def serve(host: str, port: int, replies: StaticReplies) -> None:
         await server.serve_forever()
 
 
+async def serve_many(host: str, count: int, replies: StaticReplies) -> None:
+    """`count` replicas on free ports; their ports go to stdout as one JSON line."""
+    loop = asyncio.get_running_loop()
+    servers = [
+        await loop.create_server(lambda: StaticProtocol(replies), host, 0, backlog=1024)
+        for _ in range(count)
+    ]
+    ports = [server.sockets[0].getsockname()[1] for server in servers]
+    print(json.dumps({"ports": ports}), flush=True)
+    await asyncio.gather(*(server.serve_forever() for server in servers))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int)
+    where.add_argument("--count", type=int, help="serve this many replicas on free ports")
+    parser.add_argument("--vllm-page", action="store_true", help="serve a vLLM-sized /metrics")
     parser.add_argument("--model", default="openai/gpt-oss-120b")
     parser.add_argument("--stream-chunks", type=int, default=16)
     args = parser.parse_args(argv)
@@ -131,8 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    page = None
+    if args.vllm_page:
+        from orchestrator.bench.vllm_page import vllm_metrics_page
+
+        page = vllm_metrics_page()
+    replies = StaticReplies(args.model, args.stream_chunks, page)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, StaticReplies(args.model, args.stream_chunks)))
+        if args.count is not None:
+            asyncio.run(serve_many(args.host, args.count, replies))
+        else:
+            asyncio.run(serve(args.host, args.port, replies))
     return 0
 
 

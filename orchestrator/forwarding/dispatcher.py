@@ -226,6 +226,9 @@ class Dispatcher:
         decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
         primary = decision.primary
         self._metrics.decided(decision.profile, primary)
+        stats = self._fleet.stats(primary.replica_id)
+        if stats is not None and stats.load is not None:
+            self._metrics.decision_load_age.observe(max(0.0, now - stats.load.observed_at_s))
         failures: list[str] = []
         for index, replica in enumerate((primary, *decision.fallbacks)):
             if index:

@@ -36,6 +36,10 @@ class ReplicaSeries:
     e2e: Histogram
 
 
+# Load reports arrive about once a second; older than a few seconds they count as stale.
+LOAD_AGE_BUCKETS_S = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
 class RouterMetrics:
     """All router metrics on one registry; one instance per router process."""
 
@@ -71,6 +75,12 @@ class RouterMetrics:
             "Seconds from sending a request upstream to its last byte, for successful requests.",
             ["pool", "generation"],
             buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.decision_load_age = Histogram(
+            "orchestrator_router_decision_load_age_seconds",
+            "Age of the primary replica's load report when a routing decision used it.",
+            buckets=LOAD_AGE_BUCKETS_S,
             registry=registry,
         )
         self.in_flight = Gauge(

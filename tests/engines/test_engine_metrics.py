@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.bench.vllm_page import vllm_metrics_page
 from orchestrator.core.records import ReplicaLoad
 from orchestrator.engines import (
     MalformedMetricsPageError,
@@ -14,6 +15,7 @@ from orchestrator.engines import (
     parse_replica_load,
     vllm,
 )
+from orchestrator.engines.metrics import wanted_lines
 
 PAGES = Path(__file__).parent / "pages"
 
@@ -182,3 +184,17 @@ def test_nan_in_a_metric_the_adapter_does_not_read_is_ignored() -> None:
     page = _page("vllm.txt") + "vllm:spec_decode_acceptance_rate NaN\n"
 
     assert parse_replica_load(page, vllm.METRIC_NAMES, now_s=0.0).running == 7
+
+
+def test_only_the_series_the_adapter_reads_are_parsed() -> None:
+    """A vLLM-sized page (histograms and all) is read for its five series; a line the adapter
+    never reads is not even parsed, so it cannot cost time or fail the page."""
+    page = vllm_metrics_page().decode()
+    broken = page + 'vllm:iteration_tokens_total_bucket{le="1"} not-a-number\n'
+
+    load = adapter_for("vllm").parse_load(broken, now_s=0.0)
+
+    assert len(page) > 30_000
+    assert (load.running, load.waiting, load.kv_cache_usage) == (3, 0, 0.21)
+    assert load.generation_tokens_total == 320_000.0
+    assert wanted_lines(page, vllm.METRIC_NAMES.sample_names()).count("\n") == 5
