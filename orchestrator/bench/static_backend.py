@@ -10,7 +10,9 @@ possible.
 
 With `--count N` it serves N replicas from one process on N free ports, and prints them as one
 JSON line (`{"ports": [...]}`); `--vllm-page` serves a vLLM-sized `/metrics` page (`vllm_page`)
-instead of the few lines a router needs.
+instead of the few lines a router needs. `--delay-ms` holds each completion that long, and then
+each replica's page reports the completions it holds as `vllm:num_requests_running`, so requests
+pile up where a router sends them and the load it is told about is true.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 _JSON = b"application/json"
@@ -78,11 +80,28 @@ class StaticReplies:
         self.not_found = _response(b"404 Not Found", _JSON, b'{"error": {"message": "no route"}}')
 
 
+class HeldCompletions:
+    """One replica's completions held for `delay_s`, and its page with their count as running."""
+
+    def __init__(self, delay_s: float, page: bytes) -> None:
+        self.delay_s = delay_s
+        self.running = 0
+        at = page.index(b"vllm:num_requests_running{")
+        value_at = page.index(b" ", at) + 1
+        self._head, self._tail = page[:value_at], page[page.index(b"\n", value_at) :]
+
+    def metrics(self) -> bytes:
+        return _response(
+            b"200 OK", b"text/plain", self._head + str(self.running).encode() + self._tail
+        )
+
+
 class StaticProtocol(asyncio.Protocol):
     """HTTP/1.1 with keep-alive and Content-Length bodies; enough for benchmarks, no more."""
 
-    def __init__(self, replies: StaticReplies) -> None:
+    def __init__(self, replies: StaticReplies, held: HeldCompletions | None = None) -> None:
         self.replies = replies
+        self.held = held
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -113,9 +132,22 @@ class StaticProtocol(asyncio.Protocol):
         replies = self.replies
         if method == b"POST" and path.startswith(b"/v1/"):
             streaming = b'"stream": true' in body or b'"stream":true' in body
-            self.transport.write(replies.stream if streaming else replies.completion)
+            reply = replies.stream if streaming else replies.completion
+            if self.held is None:
+                self.transport.write(reply)
+            else:
+                self.held.running += 1
+                asyncio.get_running_loop().call_later(self.held.delay_s, self._release, reply)
+        elif self.held is not None and path == b"/metrics":
+            self.transport.write(self.held.metrics())
         else:
             self.transport.write(replies.get.get(path.split(b"?")[0], replies.not_found))
+
+    def _release(self, reply: bytes) -> None:
+        assert self.held is not None
+        self.held.running -= 1
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(reply)
 
 
 async def serve(host: str, port: int, replies: StaticReplies) -> None:
@@ -125,13 +157,20 @@ async def serve(host: str, port: int, replies: StaticReplies) -> None:
         await server.serve_forever()
 
 
-async def serve_many(host: str, count: int, replies: StaticReplies) -> None:
-    """`count` replicas on free ports; their ports go to stdout as one JSON line."""
+def _factory(replies: StaticReplies, held: HeldCompletions | None) -> Callable[[], StaticProtocol]:
+    return lambda: StaticProtocol(replies, held)
+
+
+async def serve_many(
+    host: str, count: int, replies: StaticReplies, delay_s: float = 0.0, page: bytes = b""
+) -> None:
+    """`count` replicas on free ports; their ports go to stdout as one JSON line. With `delay_s`,
+    each replica holds its completions that long and counts them on its page (`page`)."""
     loop = asyncio.get_running_loop()
-    servers = [
-        await loop.create_server(lambda: StaticProtocol(replies), host, 0, backlog=1024)
-        for _ in range(count)
-    ]
+    servers = []
+    for _ in range(count):
+        held = HeldCompletions(delay_s, page) if delay_s > 0 else None
+        servers.append(await loop.create_server(_factory(replies, held), host, 0, backlog=1024))
     ports = [server.sockets[0].getsockname()[1] for server in servers]
     print(json.dumps({"ports": ports}), flush=True)
     await asyncio.gather(*(server.serve_forever() for server in servers))
@@ -144,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument("--port", type=int)
     where.add_argument("--count", type=int, help="serve this many replicas on free ports")
     parser.add_argument("--vllm-page", action="store_true", help="serve a vLLM-sized /metrics")
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.0, help="with --count: hold each completion this long"
+    )
     parser.add_argument("--model", default="openai/gpt-oss-120b")
     parser.add_argument("--stream-chunks", type=int, default=16)
     args = parser.parse_args(argv)
@@ -152,14 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     page = None
-    if args.vllm_page:
+    if args.vllm_page or args.delay_ms > 0:
         from orchestrator.bench.vllm_page import vllm_metrics_page
 
         page = vllm_metrics_page()
     replies = StaticReplies(args.model, args.stream_chunks, page)
     with contextlib.suppress(KeyboardInterrupt):
         if args.count is not None:
-            asyncio.run(serve_many(args.host, args.count, replies))
+            delay_s = args.delay_ms / 1000.0
+            asyncio.run(serve_many(args.host, args.count, replies, delay_s, page or b""))
         else:
             asyncio.run(serve(args.host, args.port, replies))
     return 0

@@ -76,7 +76,9 @@ def _registration(pool: PoolSpec, index: int, url: str) -> ReplicaRegistration:
 class ExternalReplicaChecker:
     """Checks every external replica (configured or registered) each `interval_s`, all at once.
 
-    `replica_tls` None takes config's `controlPlane.replicaTls`."""
+    `replica_tls` None takes config's `controlPlane.replicaTls`. `include_registered=False`
+    checks only the configured endpoints: a checker over a share of the pools (`checker_actor`)
+    leaves those registered over gRPC to the control plane's own."""
 
     def __init__(
         self,
@@ -85,7 +87,9 @@ class ExternalReplicaChecker:
         *,
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         replica_tls: TlsFiles | None = None,
+        include_registered: bool = True,
     ) -> None:
+        self._include_registered = include_registered
         self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
         self._configured = external_registrations(config)
         self._configured_ids = frozenset(r.replica_id for r in self._configured)
@@ -98,9 +102,12 @@ class ExternalReplicaChecker:
             signature = self._tls_signature()
             async with self._session() as session:
                 while signature == self._tls_signature():
-                    checks = [*self._configured, *await self._registered()]
+                    started = time.monotonic()
+                    registered = await self._registered() if self._include_registered else []
+                    checks = [*self._configured, *registered]
                     await asyncio.gather(*(self._check(session, r) for r in checks))
-                    await asyncio.sleep(self._interval_s)
+                    # Once per interval, however long the checks took: load ages stay bounded.
+                    await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
             log.info("replica TLS files changed; checking with the new ones")
 
     def _session(self) -> aiohttp.ClientSession:

@@ -42,8 +42,8 @@ NAMESPACE: Final = "orchestrator"
 # `heartbeat_timeout_s` plus this.
 _EXPIRY_CHECK_S: Final = 0.5
 # How long a watcher's load delta gathers heartbeats once one arrived: at 512 replicas beating
-# once a second, one delta carries about a hundred reports instead of one each.
-LOAD_BATCH_S: Final = 0.2
+# once a second, one delta carries about fifty reports instead of one each.
+LOAD_BATCH_S: Final = 0.1
 
 _T = TypeVar("_T")
 _KV_NAMESPACE: Final = b"orchestrator"

@@ -141,8 +141,12 @@ class ReplicaActor:
             await asyncio.sleep(_HEALTH_POLL_S)
 
     async def _heartbeat_forever(self) -> None:
+        """One heartbeat per `heartbeat_s`, counted from the start of the last (so the load's age
+        stays within one interval whatever a scrape takes)."""
+        started = time.monotonic()
         while True:
-            await asyncio.sleep(self._heartbeat_s)
+            await asyncio.sleep(max(0.0, started + self._heartbeat_s - time.monotonic()))
+            started = time.monotonic()
             try:
                 await self._heartbeat()
             except asyncio.CancelledError:

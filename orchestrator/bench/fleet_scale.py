@@ -1,0 +1,458 @@
+"""What watching a fleet's load costs: one router over 8, 128 and 512 replicas, scraping them
+itself (a replicas file, today's path before this bench's issue) and following a control plane
+that scrapes each engine once and streams the load in the routing table, side by side.
+
+    python -m orchestrator.bench.fleet_scale [--replicas 8,128,512] [--repeat 2] [--idle 10]
+        [--duration 5] [--routers 4] [--json results.json]
+
+The replicas are instant engines, many per process (`static_backend --count N --vllm-page`), each
+serving a vLLM-sized `/metrics` page (gauges, counters, a dozen histograms: about 35 KB). Per fleet
+size and mode it measures the router's CPU while idle (share of one core, from /proc), `/health`
+latency while it watches the fleet (p99 of 100 sequential requests), non-streaming completions/s
+at 32 connections (`wrk`), and, following the control plane, the p99 age of the load report each
+decision used (the router's `orchestrator_router_decision_load_age_seconds`) and the CPU of each
+control-plane process: the registry actor, the gRPC server (this process), and the scrapers, one
+`ExternalCheckerActor` per 64 replicas (one per node of 8 × 8 GPUs; the replica actors of a Ray
+cluster scrape their own engines the same way, one per replica). Then `--routers` routers follow
+the same control plane over 8 replicas that hold each completion 2 s (a short decode: longer
+than a report interval) and report what they hold:
+the spread of in-flight requests across these equal replicas (coefficient of variation, sampled
+during load) with that many routers, each given about half the connections of the one before,
+against one router with them all.
+
+Everything runs on loopback and is stopped at the end. The machine's load average is printed with
+the figures: on a shared machine, they move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.bench.router_overhead import free_port, process, run_wrk, wait_http, wrk_script
+from orchestrator.config.loader import parse_config
+
+MODEL = "openai/gpt-oss-120b"
+REPLICAS_PER_SCRAPER = 64
+CONNECTIONS = 32
+SPREAD_REPLICAS = 8
+SPREAD_DELAY_MS = 2000
+SPREAD_CONNECTIONS = 64
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleRow:
+    """One router over `replicas` replicas, `mode` "scrapes itself" or "follows control plane"."""
+
+    mode: str
+    replicas: int
+    router_idle_cpu: float  # share of one core
+    health_p99_ms: float
+    requests_per_s: float
+    decision_load_age_p99_s: float | None = None
+    control_plane_cpu: float | None = None  # all its processes together, share of one core
+    registry_cpu: float | None = None
+    server_cpu: float | None = None
+    busiest_scraper_cpu: float | None = None
+    scrapers: int = 0
+    load_average: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadRow:
+    routers: int
+    in_flight_cv: float  # stddev / mean of in-flight across equal replicas, mean over samples
+    in_flight_max_over_mean: float
+    load_average: float
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+def cpu_shares(pids: dict[str, int], window_s: float) -> dict[str, float]:
+    """Each process's CPU over the next `window_s` seconds, as a share of one core."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    started = time.monotonic()
+    time.sleep(window_s)
+    elapsed = time.monotonic() - started
+    return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+
+
+def health_p99_ms(url: str, samples: int = 100) -> float:
+    host, port = url.removeprefix("http://").split(":")
+    times = []
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    with contextlib.closing(connection):
+        for _ in range(samples):
+            started = time.perf_counter()
+            connection.request("GET", "/health")
+            connection.getresponse().read()
+            times.append((time.perf_counter() - started) * 1e3)
+            time.sleep(0.01)
+    return statistics.quantiles(times, n=100)[98]
+
+
+def metric_samples(url: str) -> list[Any]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def histogram_p99(samples: list[Any], name: str) -> float | None:
+    """The upper bound of the bucket holding the 99th percentile."""
+    buckets = sorted(
+        (float(s.labels["le"]), s.value) for s in samples if s.name == f"{name}_bucket"
+    )
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    total = buckets[-1][1]
+    return next(bound for bound, count in buckets if count >= 0.99 * total)
+
+
+@contextlib.contextmanager
+def engines(count: int, workdir: Path, delay_ms: float = 0.0) -> Iterator[list[str]]:
+    """`count` instant replicas in one process; yields their base URLs."""
+    argv = [sys.executable, "-m", "orchestrator.bench.static_backend", "--count", str(count),
+            "--vllm-page", "--model", MODEL, "--delay-ms", str(delay_ms)]  # fmt: skip
+    with (workdir / f"engines-{count}.log").open("wb") as log:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+    try:
+        assert child.stdout is not None
+        ports = json.loads(child.stdout.readline())["ports"]
+        yield [f"http://127.0.0.1:{port}" for port in ports]
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+
+
+def replicas_file(urls: Sequence[str], workdir: Path) -> Path:
+    path = workdir / "replicas.yaml"
+    rows = "".join(
+        f"  - {{id: r{i}, url: '{url}', pool: bench, site: local, generation: MI355X,"
+        " engine: vllm}\n"
+        for i, url in enumerate(urls)
+    )
+    path.write_text(f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: '{MODEL}'\n"
+                    f"replicas:\n{rows}")  # fmt: skip
+    return path
+
+
+def control_plane_config(urls: Sequence[str]) -> str:
+    """External pools of `REPLICAS_PER_SCRAPER` endpoints each."""
+    pools = ""
+    for start in range(0, len(urls), REPLICAS_PER_SCRAPER):
+        share = urls[start : start + REPLICAS_PER_SCRAPER]
+        pools += (
+            f"  - {{name: shard-{start // REPLICAS_PER_SCRAPER}, site: local, generation: MI355X,"
+            f" engine: external, endpoints: {json.dumps(list(share))}}}\n"
+        )
+    return (f"apiVersion: orchestrator/v1alpha1\nkind: Orchestrator\nmodel: {MODEL}\n"
+            f"sites:\n  local: {{}}\npools:\n{pools}")  # fmt: skip
+
+
+class LoopThread:
+    """An event loop in a thread of this process: the gRPC control-plane server runs on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def control_plane(urls: Sequence[str], namespace: str) -> Iterator[tuple[int, dict[str, int]]]:
+    """Registry, one checker actor per pool and the gRPC server; yields its port and the pids."""
+    import ray
+
+    from orchestrator.controlplane.checker_actor import ExternalCheckerActor
+    from orchestrator.controlplane.grpc_service import start_control_plane_server
+    from orchestrator.controlplane.registry import start_registry
+
+    config = parse_config(control_plane_config(urls))
+    registry = start_registry(config, name=f"{namespace}-registry", namespace=namespace)
+    pids = {"registry": ray.get(registry.__ray_call__.remote(lambda _: os.getpid()))}
+    checkers = []
+    for index, pool in enumerate(config.pools):
+        share = config.model_copy(update={"pools": (pool,)})
+        checker = ExternalCheckerActor.remote(share, registry)
+        pids[f"scraper-{index}"] = ray.get(checker.start.remote())
+        checkers.append(checker)
+    pids["server"] = os.getpid()
+    servers = LoopThread()
+    server, port = servers.run(start_control_plane_server(registry))
+    try:
+        deadline = time.monotonic() + 120
+        while len(ray.get(registry.snapshot.remote()).loads) < len(urls):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the control plane did not list every replica with a load")
+            time.sleep(0.5)
+        yield port, pids
+    finally:
+        servers.run(server.stop(grace=None))
+        servers.close()
+        for checker in checkers:
+            ray.kill(checker)
+        ray.kill(registry, no_restart=True)
+
+
+def router_argv(port: int, *, replicas: Path | None = None, control_plane: int = 0) -> list[str]:
+    source = (
+        ["--config", str(replicas)]
+        if replicas is not None
+        else ["--control-plane", f"127.0.0.1:{control_plane}"]
+    )
+    return [sys.executable, "-m", "orchestrator", "router", *source, "--host", "127.0.0.1",
+            "--port", str(port), "--grpc-port", "0"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def router(argv: list[str], port: int, log: Path) -> Iterator[tuple[str, int]]:
+    url = f"http://127.0.0.1:{port}"
+    with process(argv, log) as child:
+        try:
+            wait_http(f"{url}/ready", 120)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\nrouter log:\n{log.read_text()[-3000:]}") from None
+        yield url, child.pid
+
+
+def measure_router(
+    url: str, pid: int, *, idle_s: float, duration_s: float, workdir: Path
+) -> tuple[float, float, float]:
+    """Idle CPU share, /health p99 ms and completions/s."""
+    time.sleep(3.0)  # past the first round of scrapes or the first snapshot
+    idle = cpu_shares({"router": pid}, idle_s)["router"]
+    health = health_p99_ms(url)
+    script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
+    run_wrk(f"{url}/v1/completions", script, CONNECTIONS, 1)
+    rate, _ = run_wrk(f"{url}/v1/completions", script, CONNECTIONS, duration_s)
+    return idle, health, rate
+
+
+def scale_rows(
+    count: int, *, idle_s: float, duration_s: float, workdir: Path, namespace: str
+) -> list[ScaleRow]:
+    rows = []
+    with engines(count, workdir) as urls:
+        port = free_port()
+        argv = router_argv(port, replicas=replicas_file(urls, workdir))
+        with router(argv, port, workdir / f"router-file-{count}.log") as (url, pid):
+            idle, health, rate = measure_router(
+                url, pid, idle_s=idle_s, duration_s=duration_s, workdir=workdir
+            )
+        rows.append(ScaleRow("scrapes itself", count, idle, health, rate,
+                             load_average=os.getloadavg()[0]))  # fmt: skip
+        with control_plane(urls, namespace) as (cp_port, cp_pids):
+            port = free_port()
+            argv = router_argv(port, control_plane=cp_port)
+            with router(argv, port, workdir / f"router-cp-{count}.log") as (url, pid):
+                time.sleep(3.0)
+                shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
+                health = health_p99_ms(url)
+                script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
+                run_wrk(f"{url}/v1/completions", script, CONNECTIONS, 1)
+                rate, _ = run_wrk(f"{url}/v1/completions", script, CONNECTIONS, duration_s)
+                age = histogram_p99(
+                    metric_samples(url), "orchestrator_router_decision_load_age_seconds"
+                )
+        scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
+        rows.append(
+            ScaleRow(
+                "follows control plane", count, shares["router"], health, rate,
+                decision_load_age_p99_s=age,
+                control_plane_cpu=sum(v for k, v in shares.items() if k != "router"),
+                registry_cpu=shares["registry"], server_cpu=shares["server"],
+                busiest_scraper_cpu=max(scrapers), scrapers=len(scrapers),
+                load_average=os.getloadavg()[0],
+            )
+        )  # fmt: skip
+    return rows
+
+
+def spread_rows(
+    routers: int, *, duration_s: float, workdir: Path, namespace: str
+) -> list[SpreadRow]:
+    rows = []
+    with (
+        engines(SPREAD_REPLICAS, workdir, delay_ms=SPREAD_DELAY_MS) as urls,
+        control_plane(urls, namespace) as (cp_port, _),
+    ):
+        for count in (1, routers):
+            with contextlib.ExitStack() as stack:
+                followers = []
+                for index in range(count):
+                    port = free_port()
+                    log = workdir / f"router-spread-{count}-{index}.log"
+                    argv = router_argv(port, control_plane=cp_port)
+                    followers.append(stack.enter_context(router(argv, port, log))[0])
+                time.sleep(3.0)
+                rows.append(_spread(followers, duration_s, workdir))
+    return rows
+
+
+def uneven_split(total: int, parts: int) -> list[int]:
+    """`total` connections over `parts` routers, each about half the one before (64 over 4:
+    34, 17, 9, 4): a router with few requests, balancing only what it sent itself, would put
+    them on the same replicas the busy ones just filled."""
+    weights = [2.0**-index for index in range(parts)]
+    shares = [max(1, round(total * w / sum(weights))) for w in weights]
+    shares[0] += total - sum(shares)
+    return shares
+
+
+def _spread(urls: list[str], duration_s: float, workdir: Path) -> SpreadRow:
+    script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
+    loads = [
+        threading.Thread(
+            target=run_wrk, args=(f"{url}/v1/completions", script, connections, duration_s)
+        )
+        for url, connections in zip(urls, uneven_split(SPREAD_CONNECTIONS, len(urls)), strict=True)
+    ]
+    for load in loads:
+        load.start()
+    time.sleep(1.5)
+    cvs: list[float] = []
+    peaks: list[float] = []
+    while any(load.is_alive() for load in loads) and len(cvs) < 4 * duration_s:
+        in_flight: dict[str, float] = {}
+        for url in urls:
+            for sample in metric_samples(url):
+                if sample.name == "orchestrator_router_in_flight_requests":
+                    replica = sample.labels["replica"]
+                    in_flight[replica] = in_flight.get(replica, 0.0) + sample.value
+        values = list(in_flight.values())
+        if len(values) == SPREAD_REPLICAS and statistics.fmean(values) > 0:
+            mean = statistics.fmean(values)
+            cvs.append(statistics.pstdev(values) / mean)
+            peaks.append(max(values) / mean)
+        time.sleep(0.25)
+    for load in loads:
+        load.join()
+    return SpreadRow(len(urls), statistics.fmean(cvs), statistics.fmean(peaks), os.getloadavg()[0])
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+def format_scale(rows: Sequence[ScaleRow]) -> str:
+    header = (f"{'mode':<22} {'replicas':>8} {'router idle':>11} {'/health p99':>11} "
+              f"{'req/s':>7} {'load age p99':>12} {'CP CPU':>7} {'registry':>8} {'server':>7} "
+              f"{'scraper max':>11} {'load avg':>8}")  # fmt: skip
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r.mode:<22} {r.replicas:>8} {r.router_idle_cpu:>10.1%} {r.health_p99_ms:>9.1f}ms "
+            f"{r.requests_per_s:>7.0f} {_fmt(r.decision_load_age_p99_s, '>11.2f')}s "
+            f"{_fmt(r.control_plane_cpu, '>7.0%')} {_fmt(r.registry_cpu, '>8.0%')} "
+            f"{_fmt(r.server_cpu, '>7.0%')} {_fmt(r.busiest_scraper_cpu, '>11.0%')} "
+            f"{r.load_average:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+def format_spread(rows: Sequence[SpreadRow]) -> str:
+    header = f"{'routers':>7} {'in-flight CV':>12} {'max/mean':>8} {'load avg':>8}"
+    body = [
+        f"{r.routers:>7} {r.in_flight_cv:>12.2f} {r.in_flight_max_over_mean:>8.2f} "
+        f"{r.load_average:>8.1f}"
+        for r in rows
+    ]
+    return "\n".join([header, "-" * len(header), *body])
+
+
+def median_rows(runs: Sequence[Sequence[ScaleRow]]) -> list[ScaleRow]:
+    """Per (mode, replicas), the median of each figure over the runs."""
+    out = []
+    for index, first in enumerate(runs[0]):
+        same = [run[index] for run in runs]
+        values: dict[str, Any] = {}
+        for name, value in asdict(first).items():
+            if isinstance(value, float):
+                present = [getattr(row, name) for row in same if getattr(row, name) is not None]
+                values[name] = statistics.median(present) if present else None
+            else:
+                values[name] = value
+        out.append(ScaleRow(**values))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replicas", default="8,128,512", help="fleet sizes, comma-separated")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per size (medians printed)")
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measured")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds of wrk load")
+    parser.add_argument("--routers", type=int, default=4, help="routers of the spread check")
+    parser.add_argument("--json", type=Path, help="write every run's rows here")
+    args = parser.parse_args(argv)
+    sizes = [int(part) for part in args.replicas.split(",")]
+    import ray
+
+    namespace = "orchestrator-fleet-scale-bench"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace=namespace,
+             log_to_driver=False)  # fmt: skip
+    runs: list[list[ScaleRow]] = []
+    spreads: list[list[SpreadRow]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="fleet-scale-") as folder:
+            workdir = Path(folder)
+            for run in range(args.repeat):
+                rows = []
+                for count in sizes:
+                    print(f"run {run + 1}/{args.repeat}: {count} replicas ...", file=sys.stderr,
+                          flush=True)  # fmt: skip
+                    rows += scale_rows(count, idle_s=args.idle, duration_s=args.duration,
+                                       workdir=workdir, namespace=namespace)  # fmt: skip
+                runs.append(rows)
+                print(f"run {run + 1}/{args.repeat}: {args.routers} routers' spread ...",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                spreads.append(spread_rows(args.routers, duration_s=args.duration,
+                                           workdir=workdir, namespace=namespace))  # fmt: skip
+                print(format_scale(rows), file=sys.stderr, flush=True)
+    finally:
+        ray.shutdown()
+    print(f"Fleet scale, medians of {args.repeat} runs (CPU as a share of one core; "
+          f"load average of this {os.cpu_count()}-core machine at each row):")  # fmt: skip
+    print(format_scale(median_rows(runs)))
+    print(f"\nIn-flight spread over {SPREAD_REPLICAS} equal replicas holding each request "
+          f"{SPREAD_DELAY_MS} ms, {SPREAD_CONNECTIONS} connections in all, each run:")  # fmt: skip
+    print(format_spread([row for spread in spreads for row in spread]))
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "scale": [[asdict(r) for r in run] for run in runs],
+            "spread": [[asdict(r) for r in spread] for spread in spreads],
+        }, indent=2))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
