@@ -3,7 +3,10 @@ itself (a replicas file, today's path before this bench's issue) and following a
 that scrapes each engine once and streams the load in the routing table, side by side.
 
     python -m orchestrator.bench.fleet_scale [--replicas 8,128,512] [--repeat 2] [--idle 10]
-        [--duration 5] [--routers 4] [--json results.json]
+        [--duration 5] [--routers 4] [--before DIR] [--json results.json]
+
+`--before DIR` adds the router of another checkout (the code before the load moved into the
+table: `git archive main | tar -x -C DIR`), scraping every replica every second, as a third row.
 
 The replicas are instant engines, many per process (`static_backend --count N --vllm-page`), each
 serving a vLLM-sized `/metrics` page (gauges, counters, a dozen histograms: about 35 KB). Per fleet
@@ -32,6 +35,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,7 +50,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.bench.router_overhead import free_port, process, run_wrk, wait_http, wrk_script
+from orchestrator.bench.router_overhead import free_port, wait_http, wrk_script
 from orchestrator.config.loader import parse_config
 
 MODEL = "openai/gpt-oss-120b"
@@ -99,12 +103,15 @@ def cpu_shares(pids: dict[str, int], window_s: float) -> dict[str, float]:
     return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
 
 
-def health_p99_ms(url: str, samples: int = 100) -> float:
+def health_p99_ms(url: str, samples: int = 100, budget_s: float = 20.0) -> float:
+    """p99 of sequential `/health` requests: `samples` of them, or as many as `budget_s` allows
+    (a saturated router answers in seconds)."""
     host, port = url.removeprefix("http://").split(":")
-    times = []
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    times: list[float] = []
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    deadline = time.monotonic() + budget_s
     with contextlib.closing(connection):
-        for _ in range(samples):
+        while len(times) < samples and (len(times) < 2 or time.monotonic() < deadline):
             started = time.perf_counter()
             connection.request("GET", "/health")
             connection.getresponse().read()
@@ -234,14 +241,27 @@ def router_argv(port: int, *, replicas: Path | None = None, control_plane: int =
 
 
 @contextlib.contextmanager
-def router(argv: list[str], port: int, log: Path) -> Iterator[tuple[str, int]]:
+def router(
+    argv: list[str], port: int, log: Path, checkout: Path | None = None
+) -> Iterator[tuple[str, int]]:
+    """A router process; from `checkout`'s code instead of this one's when given."""
     url = f"http://127.0.0.1:{port}"
-    with process(argv, log) as child:
+    env = None if checkout is None else {**os.environ, "PYTHONPATH": str(checkout)}
+    with log.open("wb") as sink:
+        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=checkout)
+    try:
         try:
             wait_http(f"{url}/ready", 120)
         except RuntimeError as error:
             raise RuntimeError(f"{error}\nrouter log:\n{log.read_text()[-3000:]}") from None
         yield url, child.pid
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def measure_router(
@@ -251,25 +271,49 @@ def measure_router(
     time.sleep(3.0)  # past the first round of scrapes or the first snapshot
     idle = cpu_shares({"router": pid}, idle_s)["router"]
     health = health_p99_ms(url)
+    return idle, health, completions_per_s(url, duration_s, workdir)
+
+
+def completions_per_s(url: str, duration_s: float, workdir: Path) -> float:
+    """wrk's rate at `CONNECTIONS`; a router too slow to answer within wrk's timeout counts only
+    the completions that did come back."""
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
-    run_wrk(f"{url}/v1/completions", script, CONNECTIONS, 1)
-    rate, _ = run_wrk(f"{url}/v1/completions", script, CONNECTIONS, duration_s)
-    return idle, health, rate
+    command = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration_s:g}s", "--timeout", "10s",
+               "-s", str(script), f"{url}/v1/completions"]  # fmt: skip
+    subprocess.run([*command[:3], "-d1s", *command[4:]], capture_output=True, timeout=90)
+    output = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 90)
+    found = re.search(r"(\d+) requests in ([\d.]+)s", output.stdout)
+    timeouts = re.search(r"timeout (\d+)", output.stdout)
+    if found is None:
+        raise RuntimeError(f"wrk printed no count against {url}:\n{output.stdout}")
+    done = int(found.group(1)) - (int(timeouts.group(1)) if timeouts else 0)
+    return max(0, done) / float(found.group(2))
 
 
 def scale_rows(
-    count: int, *, idle_s: float, duration_s: float, workdir: Path, namespace: str
+    count: int,
+    *,
+    idle_s: float,
+    duration_s: float,
+    workdir: Path,
+    namespace: str,
+    before: Path | None = None,
 ) -> list[ScaleRow]:
     rows = []
     with engines(count, workdir) as urls:
-        port = free_port()
-        argv = router_argv(port, replicas=replicas_file(urls, workdir))
-        with router(argv, port, workdir / f"router-file-{count}.log") as (url, pid):
-            idle, health, rate = measure_router(
-                url, pid, idle_s=idle_s, duration_s=duration_s, workdir=workdir
-            )
-        rows.append(ScaleRow("scrapes itself", count, idle, health, rate,
-                             load_average=os.getloadavg()[0]))  # fmt: skip
+        checkouts: list[tuple[str, Path | None]] = [("scrapes itself", None)]
+        if before is not None:
+            checkouts.insert(0, ("scrapes itself, before", before))
+        for mode, checkout in checkouts:
+            port = free_port()
+            argv = router_argv(port, replicas=replicas_file(urls, workdir))
+            log = workdir / f"router-file-{count}.log"
+            with router(argv, port, log, checkout) as (url, pid):
+                idle, health, rate = measure_router(
+                    url, pid, idle_s=idle_s, duration_s=duration_s, workdir=workdir
+                )
+            rows.append(ScaleRow(mode, count, idle, health, rate,
+                                 load_average=os.getloadavg()[0]))  # fmt: skip
         with control_plane(urls, namespace) as (cp_port, cp_pids):
             port = free_port()
             argv = router_argv(port, control_plane=cp_port)
@@ -277,9 +321,7 @@ def scale_rows(
                 time.sleep(3.0)
                 shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
                 health = health_p99_ms(url)
-                script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
-                run_wrk(f"{url}/v1/completions", script, CONNECTIONS, 1)
-                rate, _ = run_wrk(f"{url}/v1/completions", script, CONNECTIONS, duration_s)
+                rate = completions_per_s(url, duration_s, workdir)
                 age = histogram_p99(
                     metric_samples(url), "orchestrator_router_decision_load_age_seconds"
                 )
@@ -318,6 +360,15 @@ def spread_rows(
     return rows
 
 
+def _held_load(url: str, script: Path, connections: int, duration_s: float) -> None:
+    """wrk against replicas that hold each request: its 2 s default timeout would cut them."""
+    subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--timeout", "30s",
+         "-s", str(script), url],
+        capture_output=True, check=True, timeout=duration_s + 60,
+    )  # fmt: skip
+
+
 def uneven_split(total: int, parts: int) -> list[int]:
     """`total` connections over `parts` routers, each about half the one before (64 over 4:
     34, 17, 9, 4): a router with few requests, balancing only what it sent itself, would put
@@ -331,10 +382,8 @@ def uneven_split(total: int, parts: int) -> list[int]:
 def _spread(urls: list[str], duration_s: float, workdir: Path) -> SpreadRow:
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
     loads = [
-        threading.Thread(
-            target=run_wrk, args=(f"{url}/v1/completions", script, connections, duration_s)
-        )
-        for url, connections in zip(urls, uneven_split(SPREAD_CONNECTIONS, len(urls)), strict=True)
+        threading.Thread(target=_held_load, args=(f"{url}/v1/completions", script, n, duration_s))
+        for url, n in zip(urls, uneven_split(SPREAD_CONNECTIONS, len(urls)), strict=True)
     ]
     for load in loads:
         load.start()
@@ -412,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measured")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of wrk load")
     parser.add_argument("--routers", type=int, default=4, help="routers of the spread check")
+    parser.add_argument("--before", type=Path, help="a checkout whose router to measure too")
     parser.add_argument("--json", type=Path, help="write every run's rows here")
     args = parser.parse_args(argv)
     sizes = [int(part) for part in args.replicas.split(",")]
@@ -431,7 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"run {run + 1}/{args.repeat}: {count} replicas ...", file=sys.stderr,
                           flush=True)  # fmt: skip
                     rows += scale_rows(count, idle_s=args.idle, duration_s=args.duration,
-                                       workdir=workdir, namespace=namespace)  # fmt: skip
+                                       workdir=workdir, namespace=namespace,
+                                       before=args.before)  # fmt: skip
                 runs.append(rows)
                 print(f"run {run + 1}/{args.repeat}: {args.routers} routers' spread ...",
                       file=sys.stderr, flush=True)  # fmt: skip

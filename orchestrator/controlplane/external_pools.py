@@ -105,7 +105,8 @@ class ExternalReplicaChecker:
                     started = time.monotonic()
                     registered = await self._registered() if self._include_registered else []
                     checks = [*self._configured, *registered]
-                    await asyncio.gather(*(self._check(session, r) for r in checks))
+                    passed = await asyncio.gather(*(self._check(session, r) for r in checks))
+                    await self._report([beat for beat in passed if beat is not None])
                     # Once per interval, however long the checks took: load ages stay bounded.
                     await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
             log.info("replica TLS files changed; checking with the new ones")
@@ -141,20 +142,33 @@ class ExternalReplicaChecker:
 
     async def _check(
         self, session: aiohttp.ClientSession, registration: ReplicaRegistration
-    ) -> None:
+    ) -> tuple[ReplicaRegistration, ReplicaLoad | None, str] | None:
+        """The heartbeat a passed check makes; `None` when the replica failed it."""
         try:
             load, problem = await _probe(
                 session, registration.url, adapter_for(registration.engine)
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
+            return None
+        return registration, load, problem
+
+    async def _report(
+        self, beats: list[tuple[ReplicaRegistration, ReplicaLoad | None, str]]
+    ) -> None:
+        """One registry call for the whole round (one per replica would cost the registry a Ray
+        call each); configured replicas it does not know are registered."""
+        if not beats:
             return
         try:
-            reply = await self._registry.heartbeat.remote(registration.replica_id, load, problem)
-            if not reply.known and registration.replica_id in self._configured_ids:
-                await self._registry.register_replica.remote(registration)
-        except Exception as exc:  # the registry restarting: the next check registers again
-            log.warning("could not report %s: %s", registration.replica_id, exc)
+            replies = await self._registry.heartbeat_many.remote(
+                [(registration.replica_id, load, problem) for registration, load, problem in beats]
+            )
+            for (registration, _, _), reply in zip(beats, replies, strict=True):
+                if not reply.known and registration.replica_id in self._configured_ids:
+                    await self._registry.register_replica.remote(registration)
+        except Exception as exc:  # the registry restarting: the next round registers again
+            log.warning("could not report %d external replicas: %s", len(beats), exc)
 
 
 async def _probe(

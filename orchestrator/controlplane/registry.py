@@ -84,6 +84,14 @@ class Registry:
         self._expire()
         return self._after(self._state.heartbeat(replica_id, load, problem))
 
+    async def heartbeat_many(
+        self, beats: list[tuple[str, ReplicaLoad | None, str]]
+    ) -> list[HeartbeatReply]:
+        """`heartbeat` for each (replica id, load, problem), in one call: a checker of many
+        replicas reports its whole round at once."""
+        self._expire()
+        return self._after([self._state.heartbeat(*beat) for beat in beats])
+
     async def report_node_health(self, node: str, health: NodeHealth) -> None:
         self._state.report_node_health(node, health)
         self._notify()

@@ -37,7 +37,7 @@ class ReplicaSeries:
 
 
 # Load reports arrive about once a second; older than a few seconds they count as stale.
-LOAD_AGE_BUCKETS_S = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+LOAD_AGE_BUCKETS_S = (0.1, 0.25, 0.5, 0.75, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.75, 2.0, 3.0, 5.0, 10.0)
 
 
 class RouterMetrics:

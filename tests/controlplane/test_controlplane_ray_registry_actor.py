@@ -17,6 +17,7 @@ from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
+from orchestrator.controlplane.checker_actor import ExternalCheckerActor
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
@@ -207,3 +208,38 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not await asyncio.to_thread(check):
         assert time.monotonic() < deadline, f"not within {timeout_s:g} s"
         await asyncio.sleep(0.1)
+
+
+def test_a_checker_actor_of_its_own_reports_its_pools_loads_in_one_call_a_round(
+    local_ray: None,
+) -> None:
+    """An `ExternalCheckerActor` over one pool: a simulated engine there is listed with the load
+    its page reports, in the table routers get; the control plane's own checker is not needed."""
+
+    async def scenario() -> None:
+        settings = ReplicaSettings(Generation.MI300X, time_scale=0.0)
+        async with running_replica(settings) as url:
+            pool = PoolSpec(
+                name="us-shard",
+                site="us",
+                generation=Generation.MI300X,
+                engine=EngineKind.EXTERNAL,
+                endpoints=(url,),
+            )
+            config = default_config().model_copy(update={"pools": (pool,)})
+            registry = start_registry(config, name="sharded", namespace=NAMESPACE)
+            checker = ExternalCheckerActor.remote(config, registry, 0.2)
+            try:
+                assert isinstance(await checker.start.remote(), int)
+
+                def listed_with_load() -> bool:
+                    table: RoutingTable = ray.get(registry.snapshot.remote(), timeout=10)
+                    report = table.loads.get("us-shard-0")
+                    return report is not None and report.load is not None
+
+                await until(listed_with_load)
+            finally:
+                ray.kill(checker)
+                ray.kill(registry, no_restart=True)
+
+    asyncio.run(scenario())
