@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_TIMEOUT_S = 2.0
-# Replicas visited per second at most: about 5% of a core for vLLM-sized pages (the scale bench
-# measures it); 64 replicas are still visited every second, 512 every 8 s.
+# Replicas visited per second at most: under a tenth of a core with vLLM-sized pages (7-9% at 512
+# replicas in `bench.fleet_scale`); 64 replicas are still visited every second, 512 every 8 s.
 DEFAULT_PAGES_PER_S = 64.0
 STALE_AFTER_ROUNDS = 3
 
