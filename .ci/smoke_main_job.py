@@ -10,6 +10,7 @@ the job started is gone. Exit 0 when all of that holds; otherwise 1, with the jo
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -67,6 +68,12 @@ def alive(pid: int, line: str) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z" and cmdline(pid) == line
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the job's process group, if anything of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def post(path: str, body: dict[str, object]) -> tuple[int, bytes]:
@@ -153,14 +160,14 @@ def main() -> int:
         seen[job.pid] = cmdline(job.pid)
     except Exception as error:
         print(f"smoke: FAILED: {error}", file=sys.stderr)
-        os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)
         return 1
     os.killpg(job.pid, signal.SIGINT)
     try:
         job.wait(STOPPED_WITHIN_S)
     except subprocess.TimeoutExpired:
         print(f"smoke: FAILED: still running {STOPPED_WITHIN_S:g} s after Ctrl-C", file=sys.stderr)
-        os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)
         return 1
     deadline = time.monotonic() + STOPPED_WITHIN_S
     while left := [f"{pid} {line}" for pid, line in seen.items() if alive(pid, line)]:
