@@ -40,7 +40,7 @@ _FAST_FAILURE_DETECTION: Final = {
 
 
 def keep_clients_on_loopback() -> None:
-    """Make Ray clients of this process and of the processes it starts connect to 127.0.0.1 as given.
+    """Make Ray clients here and in the processes started from here keep 127.0.0.1 as given.
 
     Ray rewrites a 127.0.0.1 address to the host's interface address before it connects (so a
     laptop's cluster can take other machines), where a loopback-only GCS does not answer. Its one
@@ -86,9 +86,7 @@ class RayConnection:
             )
             try:
                 for group in local_node_groups(config):
-                    cluster.add_node(
-                        num_cpus=1, node_ip_address=LOOPBACK, **group.ray_node_args()
-                    )
+                    cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, **group.ray_node_args())
                 ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
             except BaseException as error:
                 ray.shutdown()
