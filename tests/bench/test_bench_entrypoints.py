@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench import router_overhead, virtual_speed
+from orchestrator.bench import fleet_scale, router_overhead, virtual_speed
 from orchestrator.core.generations import Generation
 
 
-@pytest.mark.parametrize("module", [router_overhead, virtual_speed])
+@pytest.mark.parametrize("module", [fleet_scale, router_overhead, virtual_speed])
 def test_every_benchmark_explains_itself(
     module: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -31,3 +31,18 @@ def test_router_overhead_table_reports_what_each_router_adds_over_direct() -> No
     table = router_overhead.format_table([direct, routed])
     row = next(line for line in table.splitlines() if line.startswith("ours"))
     assert row.split()[1:] == ["500", "8,000", "0.40", "0.90", "0.30", "0.70", "0.35", "0.30"]
+
+
+def test_fleet_scale_reads_the_load_age_p99_from_a_histogram_and_splits_routers_unevenly() -> None:
+    page = (
+        'h_bucket{le="1.0"} 90\nh_bucket{le="1.5"} 99\nh_bucket{le="2.0"} 100\n'
+        'h_bucket{le="+Inf"} 100\n'
+    )
+    samples = [s for f in fleet_scale.text_string_to_metric_families(page) for s in f.samples]
+    assert fleet_scale.histogram_p99(samples, "h") == 1.5
+    assert fleet_scale.uneven_split(64, 4) == [34, 17, 9, 4]
+    assert fleet_scale.uneven_split(64, 1) == [64]
+    pools = fleet_scale.parse_config(fleet_scale.control_plane_config(
+        [f"http://127.0.0.1:{port}" for port in range(1000, 1130)]
+    )).pools  # fmt: skip
+    assert [len(pool.endpoints) for pool in pools] == [64, 64, 2]
