@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.cli import bench, exporter, fault, tls
+from orchestrator.cli import bench, exporter, fault, plan, tls
 from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
 from orchestrator.cli.arg_types import port as _port
 from orchestrator.cli.arg_types import positive_int as _positive_int
@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
     _add_router_command(commands)
     _add_stack_commands(commands)
-    for family in (exporter, fault, bench):
+    for family in (exporter, fault, bench, plan):
         family.add_commands(commands)
     return parser
 
