@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from orchestrator.bench.plan.command import add_arguments, run
 from orchestrator.cli import tls
+from orchestrator.cli.families import command_help
 from orchestrator.core.generations import Generation, parse_generation
 
 DEFAULT_CONTROL_PLANE = "127.0.0.1:50052"
@@ -30,8 +32,6 @@ def _fleet_capacities(args: argparse.Namespace) -> dict[Generation, float] | Non
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from orchestrator.bench.plan import command
-
     capacities: dict[Generation, float] = {}
     if args.from_fleet:
         learned = _fleet_capacities(args)
@@ -40,21 +40,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         capacities = learned
         shown = ", ".join(f"{g.value} {c:,.0f}" for g, c in sorted(learned.items())) or "none"
         print(f"capacity per GPU from the fleet (tokens/s): {shown}", file=sys.stderr)
-    return command.run(args, capacities)
+    return run(args, capacities)
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `plan` on the top-level parser (its modules load only when it runs)."""
+    """Register `plan` on the top-level parser."""
     parser = commands.add_parser(
         "plan",
-        help="capacity plan: the cheapest (or lowest-power) GPU mix that meets a demand and SLO",
+        help=command_help("plan"),
         description=(
             "Find the cheapest (or lowest-power) mix of GPUs per generation and site that serves "
             "a demand within p99 TTFT/TPOT targets, checked in virtual time with the real router."
         ),
     )
-    from orchestrator.bench.plan.command import add_arguments
-
     add_arguments(parser)
     parser.add_argument(
         "--from-fleet", action="store_true",
