@@ -402,10 +402,6 @@ class StreamRelay:
     async def aclose(self) -> None:
         self._end(ok=False)
 
-    @property
-    def framing(self) -> Framing:
-        return self._framing
-
     def error_event(self, error: OrchestratorError) -> bytes:
         """The terminal event that ends this stream with `error`, numbered after what was sent."""
         return self._framing.error_event(error, self._previous + self._last)

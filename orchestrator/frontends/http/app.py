@@ -38,7 +38,7 @@ from orchestrator.admission.keys import ApiKey
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
 from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
-from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH, Framing
+from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
 from orchestrator.forwarding.passthrough import WholeReply
 from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.frontends.http.auth import ApiKeys
@@ -243,16 +243,16 @@ class OpenAiFrontend:
             )
         return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
 
-    def stream_cut(self, frontend: str = FRONTEND, framing: Framing = COMPLETIONS_FRAMING) -> bytes:
-        """Count a stream cut for a slow reader; the terminal event to send it."""
+    def stream_cut(self, frontend: str = FRONTEND, relay: StreamRelay | None = None) -> bytes:
+        """Count a stream cut for a slow reader; the terminal event to send it, in the framing
+        of `relay`'s stream (None: a completions stream)."""
         self._service.admission_metrics.streams_cut.labels(frontend).inc()
-        return framing.error_event(
-            OrchestratorError(
-                ErrorCode.RESOURCE_EXHAUSTED,
-                f"the stream was cut: the client fell more than "
-                f"{self.settings.stream_buffer_bytes} bytes behind it",
-            )
+        error = OrchestratorError(
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"the stream was cut: the client fell more than "
+            f"{self.settings.stream_buffer_bytes} bytes behind it",
         )
+        return COMPLETIONS_FRAMING.error_event(error) if relay is None else relay.error_event(error)
 
     def count(self, code: str) -> None:
         """Count one answered request by its response code (`CLIENT_CLOSED` if the client left)."""
@@ -321,7 +321,7 @@ class OpenAiFrontend:
             log.info("cut a stream from %s: the client reads too slowly", reply.replica.replica_id)
             with contextlib.suppress(ConnectionResetError, TimeoutError):
                 async with asyncio.timeout(CUT_EVENT_WAIT_S):
-                    await response.write(self.stream_cut(framing=chunks.framing))
+                    await response.write(self.stream_cut(relay=chunks))
             if request.transport is not None:
                 request.transport.abort()
         except ConnectionResetError:  # the client went away mid-stream
