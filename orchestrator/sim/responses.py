@@ -22,6 +22,7 @@ from aiohttp import web
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.fleet.workload import WorkloadSampler
+from orchestrator.sim.batcher import SimRequest
 from orchestrator.sim.body import check_model, json_body
 from orchestrator.sim.live import LiveEngine
 from orchestrator.sim.planning import Limits, OutputStream, Plan, plan_request
@@ -30,7 +31,7 @@ from orchestrator.sim.response_events import ResponseBuilder, sse_event
 from orchestrator.sim.text import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REPLY, text_tokens
 from orchestrator.sim.tools import chosen_tool, function_tools
 
-DEFAULT_STORE_SIZE: Final = 4096
+DEFAULT_STORE_SIZE: Final = 1024  # each holds its whole output text
 USER_ITEM_ROLES: Final = frozenset({"user", "system", "developer"})
 SSE_HEADERS: Final = {
     "Content-Type": "text/event-stream",
@@ -47,7 +48,7 @@ class StoredResponse:
     builder: ResponseBuilder
     context_tokens: int
     task: asyncio.Task[None] | None = None
-    sim: Any = None
+    sim: SimRequest | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -192,7 +193,7 @@ class ResponsesApi:
             self._engine.abort(sim)
 
     async def _write_events(
-        self, response: web.StreamResponse, sim: Any, builder: ResponseBuilder
+        self, response: web.StreamResponse, sim: SimRequest, builder: ResponseBuilder
     ) -> None:
         output = OutputStream(builder.plan)
         for event in builder.start():

@@ -142,12 +142,6 @@ class OpenAiFrontend:
         return await self._complete(request, RESPONSES_PATH)
 
     async def retrieve_response(self, request: web.Request) -> web.Response:
-        if request.query.get("stream", "false").lower() not in ("false", "0"):
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                "streaming a stored response is not supported by the router; retrieve it whole",
-                param="stream",
-            )
         return await self._stored(request, cancel=False)
 
     async def cancel_response(self, request: web.Request) -> web.Response:
@@ -155,21 +149,26 @@ class OpenAiFrontend:
 
     async def tokenizer(self, request: web.Request) -> web.Response:
         """`/tokenize` and `/detokenize`: any routable replica of the body's model answers."""
-        self.authorize(request.headers.get("Authorization"))
-        raw = await self._read_body(request)
         try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError) as error:
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
-            ) from None
-        if not isinstance(body, dict):
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT, "the request body must be a JSON object"
-            )
-        model = self._known_model(body.get("model"))
-        reply = await self._service.to_any_replica(model, "POST", request.path, raw)
-        return self._whole(reply)
+            self.authorize(request.headers.get("Authorization"))
+            raw = await self._read_body(request)
+            try:
+                body = json.loads(raw)
+            except (ValueError, RecursionError) as error:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
+                ) from None
+            if not isinstance(body, dict):
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, "the request body must be a JSON object"
+                )
+            model = self._known_model(body.get("model"))
+            reply = await self._service.to_any_replica(model, "POST", request.path, raw)
+            response = self._whole(reply)
+        except OrchestratorError as error:
+            response = error_response(error)
+        self.count(str(response.status))
+        return response
 
     async def models(self, request: web.Request) -> web.Response:
         self.authorize(request.headers.get("Authorization"))
@@ -333,6 +332,12 @@ class OpenAiFrontend:
     async def _stored(self, request: web.Request, *, cancel: bool) -> web.Response:
         try:
             self.authorize(request.headers.get("Authorization"))
+            if not cancel and request.query.get("stream", "false").lower() not in ("false", "0"):
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "streaming a stored response is not supported by the router; retrieve it whole",
+                    param="stream",
+                )
             response_id = check_response_id(request.match_info["response_id"])
             raw = await self._read_body(request) if cancel else b""
             response = self._whole(
