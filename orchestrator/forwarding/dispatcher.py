@@ -335,8 +335,8 @@ class StreamRelay:
     `on_end`, when set, is called once with the stream's output tokens when it ends, however.
     """
 
-    __slots__ = ("_attempt", "_done", "_events", "_first", "_framing", "_last", "_ledger",
-                 "_previous", "_response", "head", "on_end")  # fmt: skip
+    __slots__ = ("_attempt", "_done", "_end_watch", "_events", "_first", "_framing", "_last",
+                 "_ledger", "_previous", "_response", "head", "on_end")  # fmt: skip
 
     def __init__(
         self,
@@ -355,7 +355,8 @@ class StreamRelay:
         self._events = framing.counted_events(first)
         self._previous = b""
         self._last = first
-        self._done = framing.ends(first)  # the stream's last event has been yielded
+        self._end_watch = framing.end_watch()
+        self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
         self.on_end: Callable[[int], None] | None = None
 
     def __aiter__(self) -> StreamRelay:
@@ -396,7 +397,7 @@ class StreamRelay:
             raise StopAsyncIteration
         self._events += self._framing.counted_events(data)
         self._previous, self._last = self._last, data
-        self._done = self._framing.ends(data)
+        self._done = self._end_watch.ends(data)
         return data
 
     async def aclose(self) -> None:

@@ -6,7 +6,7 @@ for) is the last chunk's `completion_tokens`. The Responses API sends `event: <t
 `response.failed` or `error`) and no [DONE]; usage is in that terminal event's response, as
 `output_tokens` (reasoning included). Whole answers carry the same usage fields.
 
-A `Framing` answers, from bytes alone: whether a chunk ends the stream, the output tokens at
+A `Framing` answers, from bytes alone: where a stream ends (`EndWatch`), the output tokens at
 the end of an answer (None when it has no usage), a fallback count of output events, and the
 terminal error event to send when a stream cannot go on. Transport-free: any HTTP server or
 client can use it.
@@ -30,6 +30,8 @@ _TERMINAL_EVENTS: Final = (
     b"event: response.failed\n",
     b"event: error\n",
 )
+_EVENT_START: Final = b"\n\nevent: "
+_CARRY_BYTES: Final = 64  # longer than `\n\nevent: ` and the longest terminal type
 _SEQUENCE: Final = b'"sequence_number":'
 _RESPONSE_ID: Final = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"')
 MAX_ID_SEARCH_BYTES: Final = 64 * 1024  # a response's id comes in its first event, this early
@@ -64,14 +66,9 @@ class Framing:
         """Output-carrying events in `chunk`: the token count when the replica gave no usage."""
         return sum(chunk.count(marker) for marker in self.output_events)
 
-    def ends(self, chunk: bytes) -> bool:
-        """`chunk` completes the stream's last event: nothing the client needs comes after."""
-        if self.done_marker:
-            return chunk.endswith(DONE_EVENT)
-        if not chunk.endswith(b"\n\n"):
-            return False
-        start = chunk.rfind(b"event: ", 0, len(chunk) - 2)
-        return start >= 0 and chunk.startswith(_TERMINAL_EVENTS, start)
+    def end_watch(self) -> EndWatch:
+        """A fresh watch for the end of one stream in this framing."""
+        return EndWatch(self.done_marker)
 
     def error_event(self, error: OrchestratorError, tail: bytes = b"") -> bytes:
         """The terminal event for a stream that cannot go on (`tail`: the bytes last relayed)."""
@@ -90,6 +87,30 @@ class Framing:
             "sequence_number": 0 if last is None else last + 1,
         }
         return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+class EndWatch:
+    """Says, chunk by chunk, whether a stream's last event has been completed: `data: [DONE]`,
+    or a terminal Responses event whose data ended (it may span many chunks: a completed response
+    carries its whole output)."""
+
+    __slots__ = ("_carry", "_done_marker", "_in_terminal")
+
+    def __init__(self, done_marker: bool) -> None:
+        self._done_marker = done_marker
+        self._in_terminal = False  # the event being received is a terminal one
+        self._carry = b"\n\n"  # the previous chunk's end: an event's start may straddle chunks
+
+    def ends(self, chunk: bytes) -> bool:
+        if self._done_marker:
+            return chunk.endswith(DONE_EVENT)
+        # Raw newlines only separate lines (JSON data has none), so `\n\nevent: ` starts an event.
+        data = self._carry + chunk
+        start = data.rfind(_EVENT_START)
+        if start >= 0 and data.find(b"\n", start + len(_EVENT_START)) >= 0:
+            self._in_terminal = data.startswith(_TERMINAL_EVENTS, start + 2)
+        self._carry = data[-_CARRY_BYTES:]
+        return self._in_terminal and data.endswith(b"\n\n")
 
 
 COMPLETIONS_FRAMING: Final = Framing(

@@ -8,6 +8,7 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.event_stream import (
     COMPLETIONS_FRAMING,
     RESPONSES_FRAMING,
+    Framing,
     framing_for,
     response_id,
 )
@@ -27,13 +28,32 @@ def test_each_path_gets_its_framing() -> None:
     assert framing_for("/v1/chat/completions") is COMPLETIONS_FRAMING
 
 
+def ends(chunks: list[bytes], framing: Framing = RESPONSES_FRAMING) -> list[bool]:
+    watch = framing.end_watch()
+    return [watch.ends(chunk) for chunk in chunks]
+
+
 def test_a_responses_stream_ends_at_its_terminal_event_and_not_before() -> None:
-    assert RESPONSES_FRAMING.ends(COMPLETED)
-    assert not RESPONSES_FRAMING.ends(COMPLETED[:-1])
-    assert not RESPONSES_FRAMING.ends(COMPLETED.split(b"event: response.completed")[0])
-    assert RESPONSES_FRAMING.ends(b'event: response.incomplete\ndata: {"type":"x"}\n\n')
-    assert not RESPONSES_FRAMING.ends(b"data: [DONE]\n\n")
-    assert COMPLETIONS_FRAMING.ends(b"data: {}\n\ndata: [DONE]\n\n")
+    assert ends([COMPLETED]) == [True]
+    assert ends([COMPLETED[:-1]]) == [False]
+    assert ends([COMPLETED.split(b"event: response.completed")[0]]) == [False]
+    assert ends([b'event: response.incomplete\ndata: {"type":"x"}\n\n']) == [True]
+    assert ends([b"data: [DONE]\n\n"]) == [False]
+    assert ends([b"data: {}\n\ndata: [DONE]\n\n"], COMPLETIONS_FRAMING) == [True]
+
+
+def test_a_terminal_event_split_over_many_chunks_ends_the_stream_at_its_last_chunk() -> None:
+    pieces = [COMPLETED[i : i + 40] for i in range(0, len(COMPLETED), 40)]
+    assert ends(pieces) == [False] * (len(pieces) - 1) + [True]
+    for cut in range(1, len(COMPLETED)):  # wherever one read stops, the second one ends it
+        assert ends([COMPLETED[:cut], COMPLETED[cut:]]) == [False, True], cut
+
+
+def test_text_that_looks_like_an_event_does_not_end_the_stream() -> None:
+    delta = (
+        b'event: response.output_text.delta\ndata: {"delta":"event: response.completed\\n\\n"}\n\n'
+    )
+    assert ends([delta]) == [False]
 
 
 def test_usage_is_read_from_the_terminal_event_not_from_text_or_limits() -> None:
@@ -51,7 +71,7 @@ def test_the_terminal_error_of_a_responses_stream_is_an_error_event_numbered_nex
     assert kind == b"event: error" and b"[DONE]" not in event
     assert payload["type"] == "error" and payload["sequence_number"] == 9
     assert payload["message"] == "the replica failed mid-stream"
-    assert RESPONSES_FRAMING.ends(event)
+    assert ends([event]) == [True]
     chat = COMPLETIONS_FRAMING.error_event(OrchestratorError(ErrorCode.INTERNAL, "x"))
     assert chat.endswith(b"data: [DONE]\n\n") and b'"error"' in chat
 
