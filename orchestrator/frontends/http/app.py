@@ -52,6 +52,7 @@ CHAT_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
 TOKENIZE_PATHS: Final = ("/tokenize", "/detokenize")
 MODELS_LOOKUP_S: Final = 2.0  # how long `/v1/models` waits for a replica's context length
+MODELS_LOOKUP_EVERY_S: Final = 30.0  # how often it asks again while some length is unknown
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_STREAM_BUFFER_BYTES: Final = 1024 * 1024
 RETRY_AFTER: Final = "Retry-After"
@@ -131,6 +132,7 @@ class OpenAiFrontend:
         self._models_body = b""
         self._default_model: str | None = None
         self._context_lengths: dict[str, int] = {}
+        self._lengths_asked_s = float("-inf")
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, CHAT_PATH)
@@ -173,7 +175,10 @@ class OpenAiFrontend:
     async def models(self, request: web.Request) -> web.Response:
         self.authorize(request.headers.get("Authorization"))
         self._refresh_models()
-        if any(m not in self._context_lengths for m in self._service.models()):
+        now_s = self._service.clock.now()
+        missing = any(m not in self._context_lengths for m in self._service.models())
+        if missing and now_s - self._lengths_asked_s >= MODELS_LOOKUP_EVERY_S:
+            self._lengths_asked_s = now_s
             await self._learn_context_lengths()
         return web.Response(body=self._models_body, content_type="application/json")
 
@@ -378,8 +383,8 @@ class OpenAiFrontend:
         return model
 
     async def _learn_context_lengths(self) -> None:
-        """Ask one replica of each model whose context length is unknown (bounded wait; a model
-        whose replicas do not say is listed without it)."""
+        """Ask one replica of each model whose context length is unknown (bounded wait, at most
+        every `MODELS_LOOKUP_EVERY_S`; a model whose replicas do not say is listed without it)."""
         for model in self._service.models():
             if model in self._context_lengths:
                 continue
