@@ -5,7 +5,7 @@ Responses are stored unless `store` is false, in a bounded store that forgets th
 (vLLM keeps them in memory too, and loses them with the process). A request with
 `previous_response_id` continues that stored conversation: its prompt is the previous prompt,
 the previous output and the new input. gpt-oss always reasons on this API; `reasoning.effort`
-(default `low`, the effort the workload was measured at) sets how much.
+(by default the effort the workload was measured at, `low`) sets how much.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ def input_tokens(body: ResponsesRequest) -> tuple[int, bool]:
     return tokens, user_last
 
 
+def effort_of(body: ResponsesRequest, default: str) -> str:
+    """The request's reasoning effort, else `default`: gpt-oss always reasons on this API."""
+    return body.reasoning.effort if body.reasoning and body.reasoning.effort else default
+
+
 class ResponsesApi:
     """The three routes over one engine; every dependency is passed in."""
 
@@ -129,13 +134,12 @@ class ResponsesApi:
         if body.previous_response_id is not None:
             previous = self.store.get(body.previous_response_id, "previous_response_id")
             tokens += previous.context_tokens
-        effort = body.reasoning.effort if body.reasoning and body.reasoning.effort else "low"
         limits = Limits(
             body.max_output_tokens,
             body.seed,
             body.ignore_eos,
             body.min_tokens,
-            reasoning_effort=effort,
+            reasoning_effort=effort_of(body, self._sampler.stats.reasoning.effort),
         )
         tool = chosen_tool(
             function_tools(body.tools, chat=False), body.tool_choice, user_turn_last=user_last
@@ -168,8 +172,9 @@ class ResponsesApi:
                 param="stream",
             )
         plan, context = self.plan(body)
-        effort = body.reasoning.effort if body.reasoning and body.reasoning.effort else "low"
-        builder = ResponseBuilder(plan, self._model, raw, effort)
+        builder = ResponseBuilder(
+            plan, self._model, raw, effort_of(body, self._sampler.stats.reasoning.effort)
+        )
         entry = StoredResponse(builder, context)
         if body.store:
             self.store.put(entry)
