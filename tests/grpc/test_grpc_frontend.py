@@ -700,3 +700,61 @@ def test_an_unknown_stored_response_is_not_found(router: GrpcRouter) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             router.stub.GetResponse(pb.GetResponseRequest(id=response_id), timeout=10)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+response_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.sampled_from([MODEL, "nope", 3]),
+        "input": st.text(max_size=60)
+        | st.lists(
+            st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=20)}),
+            max_size=2,
+        )
+        | st.integers(),
+        "max_output_tokens": st.integers(min_value=-2, max_value=8) | st.just("8"),
+        "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high", "x"])}),
+        "previous_response_id": st.sampled_from(["resp_gone", "a b", 7]),
+        "stream": st.booleans(),
+    },
+)
+
+
+sane_response_bodies = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "input": st.text(max_size=60),
+        "max_output_tokens": st.integers(min_value=1, max_value=32),
+    },
+    optional={"reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high"])})},
+)
+
+
+def test_any_create_response_request_gets_events_or_a_clean_status(router: GrpcRouter) -> None:
+    seen: dict[grpc.StatusCode, int] = {}
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(
+        st.one_of(
+            sane_response_bodies.map(json.dumps),
+            response_bodies.map(json.dumps),
+            st.text(max_size=20),
+        )
+    )
+    def answer_is_clean(request_json: str) -> None:
+        request = pb.CreateResponseRequest(request_json=request_json)
+        try:
+            events = list(router.stub.CreateResponse(request, timeout=20))
+        except grpc.RpcError as error:
+            code = error.code()
+            assert code in EXPECTED, (code, error.details(), request_json)
+            assert error.details()
+        else:
+            code = grpc.StatusCode.OK
+            assert events[-1].type in ("response.completed", "response.incomplete")
+            assert events[-1].HasField("usage")
+        seen[code] = seen.get(code, 0) + 1
+
+    answer_is_clean()
+    assert seen.get(grpc.StatusCode.OK, 0) > 20 and seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0)
+    assert router.health_status() == health_pb2.HealthCheckResponse.SERVING
