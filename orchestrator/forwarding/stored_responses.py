@@ -29,15 +29,17 @@ _ID: Final = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 def check_response_id(response_id: object, param: str | None = None) -> str:
-    """A response id safe to put in a path; NOT_FOUND (no replica could hold it) otherwise."""
-    if isinstance(response_id, str) and _ID.fullmatch(response_id):
-        return response_id
-    shown = response_id[:64] if isinstance(response_id, str) else type(response_id).__name__
-    raise OrchestratorError(
-        ErrorCode.NOT_FOUND if isinstance(response_id, str) else ErrorCode.INVALID_ARGUMENT,
-        f"Response with id {shown!r} not found.",
-        param=param,
-    )
+    """A response id safe to put in a path: INVALID_ARGUMENT when it is not a string, NOT_FOUND
+    when it is one no replica could hold."""
+    if not isinstance(response_id, str):
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT, f"`{param or 'id'}` must be a string", param=param
+        )
+    if not _ID.fullmatch(response_id):
+        raise OrchestratorError(
+            ErrorCode.NOT_FOUND, f"Response with id {response_id[:64]!r} not found.", param=param
+        )
+    return response_id
 
 
 class StoredResponses:
