@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -68,6 +68,20 @@ class LatencyTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningStats:
+    """How gpt-oss splits its output between reasoning and answer, by reasoning effort.
+
+    The workload's output lengths were measured at `effort`; a request at another effort keeps
+    its answer and scales its reasoning by `effort_factor[effort] / effort_factor[self.effort]`.
+    Reasoning tokens are output tokens: they cost decode steps and KV like any other.
+    """
+
+    effort: str
+    share_at_low: float
+    effort_factor: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadStats:
     """Token-length statistics of the MLPerf gpt-oss-120b performance set."""
 
@@ -80,6 +94,7 @@ class WorkloadStats:
     output_sigma: float
     server_latency_p99: LatencyTarget
     interactive_latency_p99: LatencyTarget
+    reasoning: ReasoningStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +116,19 @@ class MeasuredFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class RelativeFigure:
+    """A published performance ratio to a measured generation, for one without its own MLPerf row.
+
+    The generation is calibrated on `ratio` × the reference's Offline figure instead of borrowing
+    its architecture's efficiency (which, on a roofline dominated by HBM reads, would make it as
+    fast as the reference whatever its clocks and power).
+    """
+
+    reference: Generation
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
 class FleetFigures:
     model: ModelShape
     workload: WorkloadStats
@@ -108,6 +136,18 @@ class FleetFigures:
     measured: Mapping[Generation, MeasuredFigures]
     sequence_efficiency: Mapping[Generation, float]
     server_tokens_per_s: Mapping[Generation, float]
+    relative: Mapping[Generation, RelativeFigure] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def offline_target_tokens_per_s(self, generation: Generation) -> float | None:
+        """Per-GPU Offline tokens/s to calibrate on: published, or a published ratio of one."""
+        if generation in self.measured:
+            return self.measured[generation].offline_tokens_per_s
+        relative = self.relative.get(generation)
+        if relative is None:
+            return None
+        return relative.ratio * self.measured[relative.reference].offline_tokens_per_s
 
     def sequence_efficiency_of(self, generation: Generation) -> float:
         """Calibrated prefill efficiency; an uncalibrated generation borrows its architecture's."""
@@ -147,6 +187,15 @@ def _target(raw: Mapping[str, Any]) -> LatencyTarget:
     return LatencyTarget(ttft_s=float(raw["ttft_s"]), tpot_s=float(raw["tpot_s"]))
 
 
+def _reasoning(raw: Mapping[str, Any]) -> ReasoningStats:
+    factors = {str(k): float(v) for k, v in raw["effort_factor"].items()}
+    effort = str(raw["effort"])
+    share = float(raw["share_at_low"])
+    if effort not in factors or not 0.0 <= share < 1.0 or min(factors.values()) <= 0:
+        raise ValueError(f"workload.reasoning: bad effort {effort!r}, share or factors {factors}")
+    return ReasoningStats(effort, share, MappingProxyType(factors))
+
+
 def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
     """Build typed figures from the YAML mapping; a missing key raises KeyError naming it."""
     model = dict(raw["model"])
@@ -165,6 +214,7 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         output_sigma=float(workload["output_sigma"]),
         server_latency_p99=_target(workload["server_latency_p99"]),
         interactive_latency_p99=_target(workload["interactive_latency_p99"]),
+        reasoning=_reasoning(workload["reasoning"]),
     )
     engine = EngineDefaults(**_coerce(EngineDefaults, raw["engine"]))
     measured_raw = dict(raw["measured"])
@@ -184,6 +234,20 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         parse_generation(name): float(value)
         for name, value in raw["calibrated"].get("server_tokens_per_s", {}).items()
     }
+    relative: dict[Generation, RelativeFigure] = {}
+    for name, row in (raw.get("relative") or {}).items():
+        generation = parse_generation(name)
+        reference = parse_generation(str(row["reference"]))
+        ratio = float(row["offline_ratio"])
+        if reference not in measured or generation in measured:
+            raise ValueError(
+                f"relative.{name}: the reference must have measured figures and {name} none"
+            )
+        if not 0.0 < ratio <= 2.0:
+            raise ValueError(
+                f"relative.{name}.offline_ratio: expected a ratio in (0, 2], got {ratio}"
+            )
+        relative[generation] = RelativeFigure(reference, ratio)
     return FleetFigures(
         model=shape,
         workload=stats,
@@ -191,6 +255,7 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         measured=MappingProxyType(measured),
         sequence_efficiency=MappingProxyType(efficiency),
         server_tokens_per_s=MappingProxyType(capacity),
+        relative=MappingProxyType(relative),
     )
 
 
