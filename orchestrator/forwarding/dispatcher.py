@@ -304,7 +304,6 @@ class Dispatcher:
                 raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
             except TimeoutError:
                 raise _deadline_error() from None
-            self._ledger.first_token(attempt)
             relay = StreamRelay(self._ledger, attempt, response, first, framing)
             handed_over = True
             return UpstreamReply(response.status, headers, replica, chunks=relay)
@@ -353,6 +352,8 @@ class StreamRelay:
         self._first: bytes | None = first
         self.head = first  # the stream's first bytes (a response's id is in them)
         self._events = framing.counted_events(first)
+        if self._events:  # TTFT at the first output event (a Responses head carries none)
+            ledger.first_token(attempt)
         self._previous = b""
         self._last = first
         self._end_watch = framing.end_watch()
@@ -395,7 +396,10 @@ class StreamRelay:
         if not data:
             self._end(ok=True)
             raise StopAsyncIteration
-        self._events += self._framing.counted_events(data)
+        counted = self._framing.counted_events(data)
+        if counted and not self._events:
+            self._ledger.first_token(self._attempt)
+        self._events += counted
         self._previous, self._last = self._last, data
         self._done = self._end_watch.ends(data)
         return data

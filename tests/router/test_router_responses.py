@@ -14,11 +14,20 @@ from typing import Any
 
 import openai
 import pytest
-from replica_server import ReplicaThread
-from router_harness import MODEL, ReplicaEntry, RouterThread, running_router
+from replica_server import ReplicaThread, replica
+from router_harness import (
+    MODEL,
+    ReplicaEntry,
+    RouterThread,
+    metric_value,
+    running_router,
+    wait_until,
+)
 
+from orchestrator.core.generations import Generation
 from orchestrator.frontends.http.app import REPLICA_HEADER, HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.sim.replica import ReplicaSettings
 
 WEATHER = {
     "type": "function",
@@ -78,6 +87,26 @@ def test_a_streamed_response_is_relayed_event_by_event_and_assembles(client: ope
     assert "response.reasoning_text.delta" in kinds
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text and text == events[-1].response.output_text  # type: ignore[union-attr]
+
+
+def test_a_streamed_response_s_ttft_includes_prefill_not_just_the_created_event() -> None:
+    # `response.created` goes out before prefill; TTFT is the first output delta, after it.
+    ttft = "orchestrator_router_time_to_first_token_seconds_sum"
+    with (
+        replica(ReplicaSettings(Generation.MI300X, time_scale=1.0, seed=3)) as slow,
+        running_router([ReplicaEntry("mi300x-0", slow.url, "MI300X")]) as router,
+    ):
+        stream = client_of(router).responses.create(
+            model=MODEL, input="word " * 20_000, max_output_tokens=4, stream=True
+        )
+        arrivals: dict[bool, float] = {}
+        for event in stream:
+            arrivals.setdefault(event.type.endswith(".delta"), time.monotonic())
+        assert wait_until(lambda: metric_value(router.url, ttft) > 0, 5)
+        recorded_s = metric_value(router.url, ttft)
+    prefill_s = arrivals[True] - arrivals[False]  # from `response.created` to the first delta
+    assert prefill_s > 0.1  # long enough to tell the two apart
+    assert recorded_s > 0.5 * prefill_s
 
 
 def test_more_effort_means_more_reasoning_tokens(client: openai.OpenAI) -> None:
