@@ -241,15 +241,15 @@ class RouterService:
         A request that continues a stored response goes to its holder (NOT_FOUND when gone);
         the id of every response made on `RESPONSES_PATH` is remembered with its replica.
         """
-        if ctx.stored_response_id is not None and ctx.replica_id is None:
-            holder = await self.stored_responses.holder(
-                ctx.stored_response_id, param="previous_response_id"
-            )
-            ctx = dataclasses.replace(ctx, replica_id=holder.replica_id)
         lease: KeyLease | None = None
         if key is not None:
             lease = self.key_limiter.acquire(key)
         try:
+            if ctx.stored_response_id is not None and ctx.replica_id is None:
+                holder = await self.stored_responses.holder(
+                    ctx.stored_response_id, param="previous_response_id", model=ctx.model
+                )
+                ctx = dataclasses.replace(ctx, replica_id=holder.replica_id)
             ticket = await self.admission.admit(ctx.model, ctx.priority)
         except BaseException:
             if lease is not None:
@@ -291,9 +291,23 @@ class RouterService:
         return [replica for *_, replica in sorted(found)]
 
     async def stored_response(
-        self, response_id: str, *, cancel: bool = False, body: bytes = b""
+        self,
+        response_id: str,
+        *,
+        cancel: bool = False,
+        body: bytes = b"",
+        key: ApiKey | None = None,
     ) -> WholeReply:
-        """Retrieve (GET) or cancel (POST .../cancel) a stored response, on its holder only."""
+        """Retrieve (GET) or cancel (POST .../cancel) a stored response, on its holder only;
+        it counts against `key`'s request limits before anything is looked for."""
+        lease = None if key is None else self.key_limiter.acquire(key)
+        try:
+            return await self._stored_response(response_id, cancel, body)
+        finally:
+            if lease is not None:
+                lease.finish(0)
+
+    async def _stored_response(self, response_id: str, cancel: bool, body: bytes) -> WholeReply:
         holder = await self.stored_responses.holder(response_id)
         path = f"{RESPONSES_PATH}/{response_id}" + ("/cancel" if cancel else "")
         try:

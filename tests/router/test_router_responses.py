@@ -206,6 +206,25 @@ def test_chat_completions_carry_reasoning_and_tool_calls_through_the_router(
     assert set(json.loads(call.function.arguments)) == {"site", "days"}
 
 
+def test_a_key_s_request_limit_applies_before_any_stored_response_is_looked_for(
+    instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{SECRET} id=lookup rps=0.01 burst=1\n")
+    http = HttpSettings(api_keys=ApiKeys.from_file(keys, reload_interval_s=0.0))
+    unknown = "resp_" + "0" * 32
+    with running_router(entries(instant_pair), http=http) as router:
+        client = client_of(router, SECRET)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unknown)  # the key's one request
+        with pytest.raises(openai.RateLimitError):
+            client.responses.retrieve(unknown)
+        with pytest.raises(openai.RateLimitError):
+            client.responses.cancel(unknown)
+        with pytest.raises(openai.RateLimitError):
+            client.responses.create(model=MODEL, input="x", previous_response_id=unknown)
+
+
 def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
     instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
 ) -> None:

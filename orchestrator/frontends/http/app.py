@@ -336,7 +336,7 @@ class OpenAiFrontend:
 
     async def _stored(self, request: web.Request, *, cancel: bool) -> web.Response:
         try:
-            self.authorize(request.headers.get("Authorization"))
+            key = self.authorize(request.headers.get("Authorization"))
             if not cancel and request.query.get("stream", "false").lower() not in ("false", "0"):
                 raise OrchestratorError(
                     ErrorCode.INVALID_ARGUMENT,
@@ -346,7 +346,7 @@ class OpenAiFrontend:
             response_id = check_response_id(request.match_info["response_id"])
             raw = await self._read_body(request) if cancel else b""
             response = self._whole(
-                await self._service.stored_response(response_id, cancel=cancel, body=raw)
+                await self._service.stored_response(response_id, cancel=cancel, body=raw, key=key)
             )
         except OrchestratorError as error:
             response = error_response(error)
