@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from orchestrator.admission.controller import AdmissionController, FleetRoom
 from orchestrator.admission.keys import ApiKey, KeyAuthority
-from orchestrator.admission.limits import KeyLease, KeyLimiter
+from orchestrator.admission.limits import KeyLease, KeyLimiter, check_background
 from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
@@ -243,6 +243,8 @@ class RouterService:
         """
         lease: KeyLease | None = None
         if key is not None:
+            if ctx.background:
+                check_background(key)
             lease = self.key_limiter.acquire(key)
         try:
             if ctx.stored_response_id is not None and ctx.replica_id is None:

@@ -225,6 +225,22 @@ def test_a_key_s_request_limit_applies_before_any_stored_response_is_looked_for(
             client.responses.create(model=MODEL, input="x", previous_response_id=unknown)
 
 
+def test_background_is_refused_to_keys_with_an_output_token_limit(
+    instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
+) -> None:
+    limited, free = SECRET, SECRET + "-free"
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{limited} id=limited tokens_per_s=100\n{free} id=free\n")
+    http = HttpSettings(api_keys=ApiKeys.from_file(keys, reload_interval_s=0.0))
+    with running_router(entries(instant_pair), http=http) as router:
+        with pytest.raises(openai.BadRequestError, match="output-token limit") as refused:
+            client_of(router, limited).responses.create(model=MODEL, input="x", background=True)
+        assert refused.value.param == "background"
+        assert client_of(router, limited).responses.create(model=MODEL, input="x").output_text
+        made = client_of(router, free).responses.create(model=MODEL, input="x", background=True)
+        assert made.background
+
+
 def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
     instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
 ) -> None:
@@ -271,6 +287,7 @@ def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
         ),
         (json.dumps({"model": "gpt-4o", "input": "x"}).encode(), 404, None),
         (json.dumps({"model": MODEL, "input": "x", "stream": "yes"}).encode(), 400, "stream"),
+        (json.dumps({"model": MODEL, "input": "x", "background": 1}).encode(), 400, "background"),
         (b'{"model": "m", "input": "' + b"x" * (9 * 1024 * 1024) + b'"}', 413, None),
     ],
     ids=[
@@ -280,6 +297,7 @@ def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
         "bad-previous",
         "wrong-model",
         "bad-stream",
+        "bad-background",
         "oversized",
     ],
 )
