@@ -35,7 +35,7 @@ def responses_upstream(
 ) -> UpstreamRequest:
     """Validate and translate; raises INVALID_ARGUMENT naming the first bad field."""
     try:
-        body = json.loads(request.request_json)
+        body = json.loads(request.request_json, parse_constant=_no_constant)
     except (ValueError, RecursionError) as error:
         raise _invalid("request_json", f"not valid JSON ({error})") from None
     if not isinstance(body, dict):
@@ -48,8 +48,13 @@ def responses_upstream(
     context = responses_context(
         body, headers, default_model=default_model, default_priority=priority
     )
-    encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    # ASCII escapes keep a lone surrogate (`\ud800`, valid JSON) as the client wrote it.
+    encoded = json.dumps(body, separators=(",", ":"), allow_nan=False)
     return UpstreamRequest(RESPONSES_PATH, encoded.encode(), context)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _unavailable(problem: str) -> OrchestratorError:
