@@ -178,14 +178,16 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         key = caller_key(service.api_keys, context.invocation_metadata())
         models = service.models()
         upstream = responses_upstream(
-            request, default_model=models[0] if len(models) == 1 else None
+            request,
+            default_model=models[0] if len(models) == 1 else None,
+            default_priority=service.settings.admission.default_priority,
         )
-        ctx = upstream.context
-        default_priority = service.settings.admission.default_priority
-        if request.priority == pb.PRIORITY_UNSPECIFIED and ctx.priority is not default_priority:
-            ctx = dataclasses.replace(ctx, priority=default_priority)
         reply = await service.dispatch(
-            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context), key=key
+            upstream.context,
+            upstream.path,
+            upstream.body,
+            deadline_s=self._deadline_s(context),
+            key=key,
         )
         try:
             events = ResponseEventStream(_info(reply.replica))
