@@ -335,7 +335,7 @@ class StreamRelay:
     """
 
     __slots__ = ("_attempt", "_done", "_end_watch", "_events", "_first", "_framing", "_last",
-                 "_ledger", "_previous", "_response", "head", "on_end")  # fmt: skip
+                 "_ledger", "_previous", "_response", "_unsent", "head", "on_end")  # fmt: skip
 
     def __init__(
         self,
@@ -356,6 +356,7 @@ class StreamRelay:
             ledger.first_token(attempt)
         self._previous = b""
         self._last = first
+        self._unsent = False  # the chunk last yielded never reached the client
         self._end_watch = framing.end_watch()
         self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
         self.on_end: Callable[[int], None] | None = None
@@ -409,7 +410,12 @@ class StreamRelay:
 
     def error_event(self, error: OrchestratorError) -> bytes:
         """The terminal event that ends this stream with `error`, numbered after what was sent."""
-        return self._framing.error_event(error, self._previous + self._last)
+        sent = self._previous if self._unsent else self._previous + self._last
+        return self._framing.error_event(error, sent)
+
+    def unsent(self) -> None:
+        """The chunk last yielded was not passed on: the terminal event follows the one before."""
+        self._unsent = True
 
     def _end(self, *, ok: bool, replica_failed: bool = False) -> None:
         response, self._response = self._response, None

@@ -313,6 +313,7 @@ class OpenAiFrontend:
                 transport.set_write_buffer_limits(high=cap)
             async for chunk in chunks:
                 if transport is not None and transport.get_write_buffer_size() > cap:
+                    chunks.unsent()
                     raise StreamCut
                 try:  # a write waits only while the client is more than the cap behind
                     async with asyncio.timeout(OVER_CAP_WAIT_S):
