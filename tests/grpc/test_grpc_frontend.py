@@ -713,6 +713,21 @@ def test_a_lone_surrogate_escape_is_relayed_as_written_not_an_internal_error(
         assert events[-1].type in ("response.completed", "response.incomplete")
 
 
+def test_an_unexpected_failure_retrieving_a_response_is_internal_and_logged_without_the_id(
+    router: GrpcRouter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(router.service, "stored_response", broken)  # a fault, injected
+    with pytest.raises(grpc.RpcError) as caught:
+        router.stub.GetResponse(pb.GetResponseRequest(id="resp_secretish"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert caught.value.details() == "internal error"
+    assert "GetResponse" in caplog.text and "resp_secretish" not in caplog.text
+    assert router.health_status() == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_an_unknown_stored_response_is_not_found(router: GrpcRouter) -> None:
     for response_id in ("resp_unknown", "bad id"):
         with pytest.raises(grpc.RpcError) as caught:
