@@ -15,11 +15,14 @@ capacity is the rate at the batch whose step meets the TPOT target with some hea
     B* = (headroom·TPOT − a) / (b + c·ρ̄),     capacity = B* / (headroom·TPOT),
 
 capped, once a queue persists over a flat batch, by the batch the engine stops at (its sequence
-or KV limit). Estimates below the current one are believed only in proportion to how close the
-replica runs to its target: far from it, the line is an extrapolation. Why not the live
-generation rate, as SMG's `least_load` uses: a lightly loaded fast GPU generates slowly and
-would look slow. The prior comes from the replica's capacity prior (the
-fleet model's figure, or whatever the table says); the fit takes over as load reveals the slope.
+or KV limit). The target here is the reference one, at which the replicas' capacity priors are
+stated (MLPerf's); `ReplicaStats` turns it into any other target with the fitted fixed time a,
+which the estimator publishes too. Estimates below the current one are believed only in
+proportion to how close the replica runs to its target: far from it, the line is an
+extrapolation. Why not the live generation rate, as SMG's `least_load` uses: a lightly loaded
+fast GPU generates slowly and would look slow. The prior comes from the replica's capacity prior
+(the fleet model's figure, or whatever the table says); the fit takes over as load reveals
+the slope.
 """
 
 from __future__ import annotations
@@ -30,13 +33,11 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 
 from orchestrator.core.records import ReplicaLoad
-from orchestrator.routing.stats import ReplicaStats
+from orchestrator.routing.stats import FIXED_SHARE_PRIOR, HEADROOM, ReplicaStats
 
-FIXED_SHARE_PRIOR = 0.1  # prior share of the step target spent on the fixed (weight) read
 FORGETTING = 0.97  # per scrape: about 30 scrapes of memory
 RELATIVE_NOISE = 0.1  # step times measured over a scrape interval scatter about 10%
 PRIOR_SPREAD = 1.0  # the prior's standard deviation, relative to its value
-HEADROOM = 0.85  # aim the mean step below the target: p99 TPOT sits above the mean
 SMOOTHING = 0.3  # weight of a new estimate in the published capacity
 RATIO_SMOOTHING = 0.05  # weight of one scrape in the running prompt/output ratio
 MIN_BATCH = 1.0
@@ -133,6 +134,7 @@ class CapacityEstimator:
         fit = self._fits.get(replica_id)
         if fit is None:
             fit = self._fits[replica_id] = self._prior(stats)
+            stats.reference_tpot_s = self.target_tpot_s
         generated, prompt = load.generation_tokens_total, load.prompt_tokens_total
         if generated is None:
             return
@@ -155,6 +157,11 @@ class CapacityEstimator:
         step_s = batch * (now_s - first_s) / produced
         fit.update([1.0, batch, batch * ratio], step_s)
         fit.utilisation += SMOOTHING * (step_s / self.step_target_s - fit.utilisation)
+        fixed = min(max(fit.theta[0], 0.0), self.step_target_s)
+        stats.step_fixed_s = (
+            fixed if stats.step_fixed_s is None
+            else stats.step_fixed_s + SMOOTHING * (fixed - stats.step_fixed_s)
+        )  # fmt: skip
         estimate = self.capacity_of(fit)
         if estimate is None:
             return

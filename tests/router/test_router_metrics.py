@@ -69,3 +69,11 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
             "orchestrator_router_estimated_capacity_tokens_per_second", replica=replica_id
         )
         assert capacity > 0
+    # every answered request has an SLO outcome for its class; the targets are exported
+    met = pair_router.metric(
+        "orchestrator_router_slo_requests_total", priority="interactive", outcome="met"
+    )
+    assert met == 3
+    target = "orchestrator_router_slo_target_seconds"
+    assert pair_router.metric(target, model="*", priority="interactive", kind="ttft") == 3.0
+    assert pair_router.metric(target, model="*", priority="batch", kind="tpot") == 0.08
