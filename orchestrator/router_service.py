@@ -131,6 +131,7 @@ class RouterService:
         self.estimator = CapacityEstimator(
             target_ttft_s=MLPERF_TTFT_S * self.settings.latency_scale,
             target_tpot_s=self.settings.reference_tpot_s,
+            load_tpot_s=min(target.tpot_s for _, _, target in self.slo.rows()),
         )
         self.breakers = CircuitBreakers(self.fleet, self.settings.breaker, self.clock)
         self.upstream = UpstreamPool(self.settings.upstream)

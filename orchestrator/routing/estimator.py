@@ -109,9 +109,14 @@ class CapacityEstimator:
         target_ttft_s: float,
         target_tpot_s: float,
         prompt_to_output: float = DEFAULT_PROMPT_TO_OUTPUT,
+        load_tpot_s: float | None = None,
     ) -> None:
+        """`target_tpot_s` is the reference target the capacity is stated at; `load_tpot_s`
+        (default: the same) the tightest target the router routes against, by which it judges
+        how close to its target a replica runs (and so how far a lower estimate is believed)."""
         self.target_ttft_s = target_ttft_s
         self.target_tpot_s = target_tpot_s
+        self.load_step_s = HEADROOM * (load_tpot_s or target_tpot_s)
         self.prompt_to_output = prompt_to_output
         self._fits: dict[str, _Fit] = {}
 
@@ -156,12 +161,9 @@ class CapacityEstimator:
             fit.ratio += RATIO_SMOOTHING * (ratio - fit.ratio)
         step_s = batch * (now_s - first_s) / produced
         fit.update([1.0, batch, batch * ratio], step_s)
-        fit.utilisation += SMOOTHING * (step_s / self.step_target_s - fit.utilisation)
-        fixed = min(max(fit.theta[0], 0.0), self.step_target_s)
-        stats.step_fixed_s = (
-            fixed if stats.step_fixed_s is None
-            else stats.step_fixed_s + SMOOTHING * (fixed - stats.step_fixed_s)
-        )  # fmt: skip
+        stats.measured_batch, stats.measured_step_s = batch, step_s
+        fit.utilisation += SMOOTHING * (step_s / self.load_step_s - fit.utilisation)
+        self._publish_line(fit, stats)
         estimate = self.capacity_of(fit)
         if estimate is None:
             return
@@ -170,6 +172,22 @@ class CapacityEstimator:
         if change < 0 and not saturated:  # lower only as far as load near the target shows it
             change *= self.evidence(fit.utilisation)
         stats.capacity_tokens_per_s += SMOOTHING * change
+
+    def _publish_line(self, fit: _Fit, stats: ReplicaStats) -> None:
+        """Write the step line other targets are computed from: the fit, believed like a lower
+        capacity estimate (in proportion to how close to the target the replica runs) where it
+        promises less than the prior; the prior's line elsewhere."""
+        fixed, per_sequence = self.line_of(fit)
+        prior_fixed = fit.prior[0]
+        prior_per_sequence = fit.prior[1] + fit.prior[2] * fit.ratio
+        if fit.batch_limit is None:
+            weight = self.evidence(fit.utilisation)
+            if fixed > prior_fixed:
+                fixed = prior_fixed + weight * (fixed - prior_fixed)
+            if per_sequence > prior_per_sequence:
+                per_sequence = prior_per_sequence + weight * (per_sequence - prior_per_sequence)
+        stats.step_fixed_s, stats.step_per_sequence_s = fixed, per_sequence
+        stats.batch_limit = fit.batch_limit
 
     @staticmethod
     def evidence(utilisation: float) -> float:
@@ -198,16 +216,20 @@ class CapacityEstimator:
             limit = float(load.running)
             fit.batch_limit = limit if fit.batch_limit is None else max(fit.batch_limit, limit)
 
+    def line_of(self, fit: _Fit) -> tuple[float, float]:
+        """The fitted step line: (fixed s, s per running sequence at the running prompt/output
+        ratio), the fixed part at least 0, the slope at least a thousandth of the prior's."""
+        fixed, per_decode, per_prefill = fit.theta
+        per_sequence = per_decode + per_prefill * fit.ratio
+        floor = 1e-3 * (fit.prior[1] + fit.prior[2] * self.prompt_to_output)
+        return max(fixed, 0.0), max(per_sequence, floor)
+
     def capacity_of(self, fit: _Fit) -> float | None:
         """Tokens/s at the batch whose step meets the target, capped at the engine's limit."""
         if fit.observations == 0:
             return None
         target = self.step_target_s
-        fixed, per_decode, per_prefill = fit.theta
-        fixed = max(fixed, 0.0)
-        per_sequence = per_decode + per_prefill * fit.ratio
-        floor = 1e-3 * (fit.prior[1] + fit.prior[2] * self.prompt_to_output)
-        per_sequence = max(per_sequence, floor)
+        fixed, per_sequence = self.line_of(fit)
         batch = max(MIN_BATCH, (target - fixed) / per_sequence)
         if fit.batch_limit is not None and fit.batch_limit < batch:
             step = fixed + per_sequence * fit.batch_limit
