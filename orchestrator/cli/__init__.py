@@ -308,7 +308,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         from orchestrator.up.admin import format_status
 
         status = client.status()
-        return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+        if args.router is None:
+            return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+        from orchestrator.up.slo_status import format_router_slo, router_slo
+
+        slo = router_slo(args.router)
+        if args.json:
+            return json.dumps({**status.to_json(), "slo": slo.to_json()}, indent=2)
+        return f"{format_status(status)}\n{format_router_slo(slo)}"
 
     return _operator(show)(args)
 
@@ -392,6 +399,11 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
     status = operator("status", "sites, pools and replicas: generation, state, capacity, load")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    status.add_argument(
+        "--router", metavar="URL",
+        help="also show this router's latency targets and SLO attainment per class and pool"
+        " (e.g. http://127.0.0.1:8000)",
+    )  # fmt: skip
     status.set_defaults(handler=cmd_status)
     drain = operator("drain", "stop new requests to a pool (size 0) or one replica")
     drain.add_argument("target", metavar="POOL|REPLICA")

@@ -118,14 +118,14 @@ class RouterMetrics:
         )
         self.slo_requests = Counter(
             "orchestrator_router_slo_requests_total",
-            "Requests answered, by class (priority), pool, generation and SLO outcome: met,"
+            "Requests answered, by class (priority), site, pool, generation and SLO outcome: met,"
             " missed_ttft, missed_tpot, missed_e2e, failed (counted once, on the replica that"
             " answered).",
-            ["priority", "pool", "generation", "outcome"],
+            ["priority", "site", "pool", "generation", "outcome"],
             registry=registry,
         )
         self._series: dict[str, ReplicaSeries] = {}
-        self._outcomes: dict[tuple[str, str, str, SloOutcome], Counter] = {}
+        self._outcomes: dict[tuple[str, str, str, str, SloOutcome], Counter] = {}
         self._replicas: dict[str, Replica] = {}  # every replica with series here, by id
         self._routable_models: set[str] = set()
         self._decisions: dict[tuple[str, str], Counter] = {}
@@ -156,11 +156,11 @@ class RouterMetrics:
 
     def slo_outcome(self, replica: Replica, slo_class: str, outcome: SloOutcome) -> None:
         """Count one request's outcome against its class's target."""
-        key = (slo_class, replica.pool, replica.generation.value, outcome)
+        key = (slo_class, replica.site, replica.pool, replica.generation.value, outcome)
         counter = self._outcomes.get(key)
         if counter is None:
             counter = self._outcomes[key] = self.slo_requests.labels(
-                slo_class, replica.pool, replica.generation.value, outcome.value
+                slo_class, replica.site, replica.pool, replica.generation.value, outcome.value
             )
         counter.inc()
 
