@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.cli import router_slo
+from orchestrator.config import ConfigError, default_config, parse_config
 from orchestrator.config.slo import SloSpec, parse_class_slo
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.slo import SloTarget
@@ -96,3 +97,23 @@ def test_a_bad_slo_in_a_replicas_file_names_the_field(tmp_path: Path) -> None:
 def test_a_bad_class_flag_says_what_is_expected(raw: str) -> None:
     with pytest.raises(ValueError, match=r"NAME=TTFT/TPOT|tpot_s|could not convert"):
         parse_class_slo(raw)
+
+
+CONFIG = """apiVersion: orchestrator/v1alpha1
+kind: Orchestrator
+sites: {lab: {}}
+pools:
+  - {name: lab-mi300x, site: lab, generation: MI300X, engine: sim, replicas: 1}
+"""
+
+
+def test_the_orchestrator_config_states_the_routers_targets() -> None:
+    config = parse_config(CONFIG + "router:\n  slo: {tpotS: 0.05, classes: {batch: {ttftS: 30}}}\n")
+    assert config.router.slo.targets().target("any", "batch") == SloTarget(30.0, 0.05)
+    assert default_config().router.slo.targets() == SloSpec().targets()
+
+
+def test_per_model_targets_belong_in_a_replicas_file() -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(CONFIG + "router:\n  slo: {models: {m: {tpotS: 0.05}}}\n")
+    assert "router.slo" in error.value.message and "replicas file" in error.value.message
