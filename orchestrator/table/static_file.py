@@ -31,6 +31,7 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
 from orchestrator.core.slo import SloTargets
+from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
 from orchestrator.table.snapshot import RoutingTable
 
@@ -94,8 +95,10 @@ def _error_text(error: ValidationError) -> str:
 
 def _validated(text: str, source: str) -> ReplicasFile:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_strict_yaml(text)
         spec = ReplicasFile.model_validate(raw)
+    except DuplicateKeyError as error:
+        raise OrchestratorError(ErrorCode.INVALID_ARGUMENT, f"{source}: {error}") from None
     except yaml.YAMLError as error:
         raise OrchestratorError(
             ErrorCode.INVALID_ARGUMENT, f"{source}: not YAML: {error}"

@@ -1,7 +1,11 @@
 """The router's OpenAI-compatible HTTP API on aiohttp.
 
-Routes: `POST /v1/chat/completions` and `POST /v1/completions` (routed, forwarded unchanged,
-streamed back as the replica's SSE bytes), `GET /v1/models` (from the routing table), `GET /health`
+Routes: `POST /v1/chat/completions`, `POST /v1/completions` and `POST /v1/responses` (routed,
+forwarded unchanged, streamed back as the replica's SSE bytes in their framing: `event:` lines
+and no [DONE] for Responses), `GET /v1/responses/{id}` and `POST /v1/responses/{id}/cancel` (to
+the replica that holds the response, `forwarding/stored_responses.py`), `POST /tokenize` and
+`POST /detokenize` (to any routable replica of the model), `GET /v1/models` (the routing table's
+models with the context length their replicas report), `GET /health`
 (the process is up), `GET /ready` (200 only while some replica is routable, else 503),
 `GET /metrics`. Every error is an OpenAI-style JSON body with the status of its canonical code
 (`core/openai_errors.py`); no traceback ever reaches a client; a 429 (a key's limit or the
@@ -33,9 +37,12 @@ from orchestrator.admission.errors import Refused
 from orchestrator.admission.keys import ApiKey
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
-from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply, error_event
+from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
+from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
+from orchestrator.forwarding.passthrough import WholeReply
+from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.frontends.http.auth import ApiKeys
-from orchestrator.frontends.http.context import request_context
+from orchestrator.frontends.http.context import request_context, responses_context
 from orchestrator.router_service import RouterService
 
 log = logging.getLogger(__name__)
@@ -43,6 +50,9 @@ log = logging.getLogger(__name__)
 FRONTEND: Final = "http"
 CHAT_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
+TOKENIZE_PATHS: Final = ("/tokenize", "/detokenize")
+MODELS_LOOKUP_S: Final = 2.0  # how long `/v1/models` waits for a replica's context length
+MODELS_LOOKUP_EVERY_S: Final = 30.0  # how often it asks again while some length is unknown
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_STREAM_BUFFER_BYTES: Final = 1024 * 1024
 RETRY_AFTER: Final = "Retry-After"
@@ -121,6 +131,8 @@ class OpenAiFrontend:
         self._models_version = -1
         self._models_body = b""
         self._default_model: str | None = None
+        self._context_lengths: dict[str, int] = {}
+        self._lengths_asked_s = float("-inf")
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, CHAT_PATH)
@@ -128,9 +140,46 @@ class OpenAiFrontend:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, COMPLETIONS_PATH)
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, RESPONSES_PATH)
+
+    async def retrieve_response(self, request: web.Request) -> web.Response:
+        return await self._stored(request, cancel=False)
+
+    async def cancel_response(self, request: web.Request) -> web.Response:
+        return await self._stored(request, cancel=True)
+
+    async def tokenizer(self, request: web.Request) -> web.Response:
+        """`/tokenize` and `/detokenize`: any routable replica of the body's model answers."""
+        try:
+            self.authorize(request.headers.get("Authorization"))
+            raw = await self._read_body(request)
+            try:
+                body = json.loads(raw)
+            except (ValueError, RecursionError) as error:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
+                ) from None
+            if not isinstance(body, dict):
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, "the request body must be a JSON object"
+                )
+            model = self._known_model(body.get("model"))
+            reply = await self._service.to_any_replica(model, "POST", request.path, raw)
+            response = self._whole(reply)
+        except OrchestratorError as error:
+            response = error_response(error)
+        self.count(str(response.status))
+        return response
+
     async def models(self, request: web.Request) -> web.Response:
         self.authorize(request.headers.get("Authorization"))
         self._refresh_models()
+        now_s = self._service.clock.now()
+        missing = any(m not in self._context_lengths for m in self._service.models())
+        if missing and now_s - self._lengths_asked_s >= MODELS_LOOKUP_EVERY_S:
+            self._lengths_asked_s = now_s
+            await self._learn_context_lengths()
         return web.Response(body=self._models_body, content_type="application/json")
 
     async def health(self, request: web.Request) -> web.Response:
@@ -168,7 +217,8 @@ class OpenAiFrontend:
     ) -> UpstreamReply:
         """Route and dispatch an authorized completion request whose body is within the limit.
 
-        `path` is `CHAT_PATH` or `COMPLETIONS_PATH`; `headers` must answer lower-case names.
+        `path` is `CHAT_PATH`, `COMPLETIONS_PATH` or `RESPONSES_PATH`; `headers` must answer
+        lower-case names.
         Raises `OrchestratorError` for a bad body, an unknown model or no replica, `Refused`
         (429) when `key`'s limits or the fleet's capacity refuse it.
         """
@@ -180,25 +230,33 @@ class OpenAiFrontend:
             ) from None
         self._refresh_models()
         service = self._service
-        ctx = request_context(
-            body,
-            headers,
-            chat=path == CHAT_PATH,
-            default_model=self._default_model,
-            default_priority=service.settings.admission.default_priority,
-        )
+        if path == RESPONSES_PATH:
+            ctx = responses_context(
+                body,
+                headers,
+                default_model=self._default_model,
+                default_priority=service.settings.admission.default_priority,
+            )
+        else:
+            ctx = request_context(
+                body,
+                headers,
+                chat=path == CHAT_PATH,
+                default_model=self._default_model,
+                default_priority=service.settings.admission.default_priority,
+            )
         return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
 
-    def stream_cut(self, frontend: str = FRONTEND) -> bytes:
-        """Count a stream cut for a slow reader; the terminal event to send it."""
+    def stream_cut(self, frontend: str = FRONTEND, relay: StreamRelay | None = None) -> bytes:
+        """Count a stream cut for a slow reader; the terminal event to send it, in the framing
+        of `relay`'s stream (None: a completions stream)."""
         self._service.admission_metrics.streams_cut.labels(frontend).inc()
-        return error_event(
-            OrchestratorError(
-                ErrorCode.RESOURCE_EXHAUSTED,
-                f"the stream was cut: the client fell more than "
-                f"{self.settings.stream_buffer_bytes} bytes behind it",
-            )
+        error = OrchestratorError(
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"the stream was cut: the client fell more than "
+            f"{self.settings.stream_buffer_bytes} bytes behind it",
         )
+        return COMPLETIONS_FRAMING.error_event(error) if relay is None else relay.error_event(error)
 
     def count(self, code: str) -> None:
         """Count one answered request by its response code (`CLIENT_CLOSED` if the client left)."""
@@ -267,7 +325,7 @@ class OpenAiFrontend:
             log.info("cut a stream from %s: the client reads too slowly", reply.replica.replica_id)
             with contextlib.suppress(ConnectionResetError, TimeoutError):
                 async with asyncio.timeout(CUT_EVENT_WAIT_S):
-                    await response.write(self.stream_cut())
+                    await response.write(self.stream_cut(relay=chunks))
             if request.transport is not None:
                 request.transport.abort()
         except ConnectionResetError:  # the client went away mid-stream
@@ -275,6 +333,79 @@ class OpenAiFrontend:
         finally:
             await chunks.aclose()
         return response
+
+    async def _stored(self, request: web.Request, *, cancel: bool) -> web.Response:
+        try:
+            self.authorize(request.headers.get("Authorization"))
+            if not cancel and request.query.get("stream", "false").lower() not in ("false", "0"):
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "streaming a stored response is not supported by the router; retrieve it whole",
+                    param="stream",
+                )
+            response_id = check_response_id(request.match_info["response_id"])
+            raw = await self._read_body(request) if cancel else b""
+            response = self._whole(
+                await self._service.stored_response(response_id, cancel=cancel, body=raw)
+            )
+        except OrchestratorError as error:
+            response = error_response(error)
+        self.count(str(response.status))
+        return response
+
+    @staticmethod
+    def _whole(reply: WholeReply) -> web.Response:
+        return web.Response(
+            body=reply.body,
+            status=reply.status,
+            headers={**reply.headers, REPLICA_HEADER: reply.replica.replica_id},
+        )
+
+    def _known_model(self, model: object) -> str:
+        """The body's model, or the one served when it names none; NOT_FOUND if not served."""
+        self._refresh_models()
+        if model is None:
+            if self._default_model is None:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "`model` is required: this router serves several models",
+                    param="model",
+                )
+            return self._default_model
+        if not isinstance(model, str):
+            raise OrchestratorError(
+                ErrorCode.INVALID_ARGUMENT, "`model` must be a string", param="model"
+            )
+        if model not in self._service.models():
+            raise OrchestratorError(
+                ErrorCode.NOT_FOUND, f"The model `{model[:80]}` does not exist.", param="model"
+            )
+        return model
+
+    async def _learn_context_lengths(self) -> None:
+        """Ask one replica of each model whose context length is unknown (bounded wait, at most
+        every `MODELS_LOOKUP_EVERY_S`; a model whose replicas do not say is listed without it)."""
+        for model in self._service.models():
+            if model in self._context_lengths:
+                continue
+            try:
+                async with asyncio.timeout(MODELS_LOOKUP_S):
+                    reply = await self._service.to_any_replica(model, "GET", "/v1/models", b"")
+                listed = json.loads(reply.body)["data"]
+                length = next(m["max_model_len"] for m in listed if m.get("id") == model)
+            except (
+                OrchestratorError,
+                TimeoutError,
+                ValueError,
+                KeyError,
+                TypeError,
+                StopIteration,
+            ):
+                continue
+            if isinstance(length, int) and not isinstance(length, bool):
+                self._context_lengths[model] = length
+        self._models_version = -1
+        self._refresh_models()
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -295,6 +426,10 @@ class OpenAiFrontend:
             {"id": model, "object": "model", "created": 0, "owned_by": "orchestrator"}
             for model in models
         ]
+        for entry in data:
+            length = self._context_lengths.get(entry["id"])
+            if length is not None:
+                entry["max_model_len"] = length
         self._models_body = json.dumps({"object": "list", "data": data}).encode()
         self._default_model = models[0] if len(models) == 1 else None
         self._models_version = table.version
@@ -321,6 +456,11 @@ def build_app(service: RouterService, settings: HttpSettings | None = None) -> w
     app[OPENAI_FRONTEND] = frontend
     app.router.add_post(CHAT_PATH, frontend.chat_completions)
     app.router.add_post(COMPLETIONS_PATH, frontend.completions)
+    app.router.add_post(RESPONSES_PATH, frontend.responses)
+    app.router.add_get(RESPONSES_PATH + "/{response_id}", frontend.retrieve_response)
+    app.router.add_post(RESPONSES_PATH + "/{response_id}/cancel", frontend.cancel_response)
+    for path in TOKENIZE_PATHS:
+        app.router.add_post(path, frontend.tokenizer)
     app.router.add_get("/v1/models", frontend.models)
     app.router.add_get("/health", frontend.health)
     app.router.add_get("/ready", frontend.ready)
