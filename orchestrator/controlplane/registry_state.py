@@ -39,9 +39,8 @@ from orchestrator.core.records import (
     ReplicaLoad,
     ReplicaState,
 )
+from orchestrator.core.slo import MLPERF_TPOT_S, MLPERF_TTFT_S
 from orchestrator.fleet.figures import FleetFigures, capacity_prior_tokens_per_s, load_figures
-from orchestrator.router_service import TARGET_TPOT_S as DEFAULT_TARGET_TPOT_S
-from orchestrator.router_service import TARGET_TTFT_S as DEFAULT_TARGET_TTFT_S
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
@@ -396,11 +395,11 @@ class RegistryState:
 
 
 def default_estimator(latency_scale: float) -> CapacityEstimator:
-    """The estimator a router would run, against the router's default latency targets stretched by
-    `latency_scale` (the config's `router.latencyScale` for a slowed-down simulated fleet)."""
+    """The estimator a router would run, its capacity stated at the reference (MLPerf) targets
+    stretched by `latency_scale` (the config's `router.latencyScale` for a slowed-down simulated
+    fleet), as the replicas' capacity priors are."""
     return CapacityEstimator(
-        target_ttft_s=DEFAULT_TARGET_TTFT_S * latency_scale,
-        target_tpot_s=DEFAULT_TARGET_TPOT_S * latency_scale,
+        target_ttft_s=MLPERF_TTFT_S * latency_scale, target_tpot_s=MLPERF_TPOT_S * latency_scale
     )
 
 

@@ -313,6 +313,7 @@ class OpenAiFrontend:
                 transport.set_write_buffer_limits(high=cap)
             async for chunk in chunks:
                 if transport is not None and transport.get_write_buffer_size() > cap:
+                    chunks.unsent()
                     raise StreamCut
                 try:  # a write waits only while the client is more than the cap behind
                     async with asyncio.timeout(OVER_CAP_WAIT_S):
@@ -336,7 +337,7 @@ class OpenAiFrontend:
 
     async def _stored(self, request: web.Request, *, cancel: bool) -> web.Response:
         try:
-            self.authorize(request.headers.get("Authorization"))
+            key = self.authorize(request.headers.get("Authorization"))
             if not cancel and request.query.get("stream", "false").lower() not in ("false", "0"):
                 raise OrchestratorError(
                     ErrorCode.INVALID_ARGUMENT,
@@ -346,7 +347,7 @@ class OpenAiFrontend:
             response_id = check_response_id(request.match_info["response_id"])
             raw = await self._read_body(request) if cancel else b""
             response = self._whole(
-                await self._service.stored_response(response_id, cancel=cancel, body=raw)
+                await self._service.stored_response(response_id, cancel=cancel, body=raw, key=key)
             )
         except OrchestratorError as error:
             response = error_response(error)
