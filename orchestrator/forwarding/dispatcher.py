@@ -4,9 +4,10 @@ the fallbacks while nothing has reached the client yet, and relay the answer.
 Contract of `Dispatcher.dispatch`:
 
 - Before the first byte of a successful answer (for a stream: its first SSE bytes, which the
-  replica sends with its first token), a connect error, a 5xx, a dropped connection or an open
-  circuit moves the request to the next fallback (each move counts as a retry). When every
-  candidate failed, it raises UNAVAILABLE.
+  replica sends with its first token), a connect error, a 5xx, a dropped connection, a
+  malformed answer or an open circuit moves the request to the next fallback (each move counts
+  as a retry). When every candidate failed, it raises BAD_GATEWAY (502) if one answered
+  malformed, else UNAVAILABLE.
 - A 4xx from the replica is the client's answer: returned as it is, never retried.
 - Once a stream has started, an upstream failure ends it with a terminal SSE event
   `data: {"error": {...}}` followed by `data: [DONE]`.
@@ -34,6 +35,7 @@ from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
 from orchestrator.forwarding.upstream import (
     UpstreamConnectError,
     UpstreamDisconnected,
+    UpstreamMalformed,
     UpstreamPool,
     UpstreamResponse,
 )
@@ -60,6 +62,7 @@ class UpstreamErrorKind(StrEnum):
     CONNECT = "connect"  # refused, reset or timed out before an answer began
     HTTP_5XX = "http_5xx"
     DISCONNECT = "disconnect"  # the answer began, then the connection broke
+    MALFORMED = "malformed"  # the answer broke HTTP/1.1 framing; its connection was dropped
     CIRCUIT_OPEN = "circuit_open"  # skipped: routed to before routing saw its circuit open
     HEALTH = "health"
     SCRAPE = "scrape"
@@ -242,6 +245,12 @@ class Dispatcher:
                 continue
             reply.retries = index
             return reply
+        if UpstreamErrorKind.MALFORMED.value in failures:
+            raise OrchestratorError(
+                ErrorCode.BAD_GATEWAY,
+                f"no replica of `{ctx.model}` gave a well-framed answer; "
+                f"{len(failures)} tried ({', '.join(failures)})",
+            )
         raise OrchestratorError(
             ErrorCode.UNAVAILABLE,
             f"no replica of `{ctx.model}` could take the request; "
@@ -287,6 +296,8 @@ class Dispatcher:
                 first = await response.read_some()
                 if not first:
                     raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
+            except UpstreamMalformed as error:
+                raise _AttemptFailed(UpstreamErrorKind.MALFORMED) from error
             except UpstreamDisconnected as error:
                 raise _AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
             except UpstreamConnectError as error:
@@ -368,6 +379,12 @@ class StreamRelay:
         except TimeoutError:
             self._end(ok=False)
             return error_event(_deadline_error())
+        except UpstreamMalformed:
+            self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.MALFORMED)
+            self._end(ok=False, replica_failed=True)
+            return error_event(
+                OrchestratorError(ErrorCode.BAD_GATEWAY, "the replica's stream broke its framing")
+            )
         except UpstreamDisconnected:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
             self._end(ok=False, replica_failed=True)
