@@ -167,7 +167,8 @@ class ReplicaConnection(asyncio.Protocol):
         self._response: UpstreamResponse | None = None
         self._headers: dict[str, str] = {}
         self._repeated: dict[str, list[str]] = {}  # values of fields sent more than once
-        self._head_bytes = 0
+        self._head_bytes = 0  # field bytes of the head being parsed
+        self._read_in_head = 0  # bytes read while a head is incomplete
         self._interim = 0
         self._in_head = False
         self._complete = False  # the current answer's message ended
@@ -189,7 +190,7 @@ class ReplicaConnection(asyncio.Protocol):
             self._broken("the replica sent bytes nobody asked for")
             return
         if self._in_head:
-            self._head_bytes += len(data)
+            self._read_in_head += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
@@ -202,7 +203,7 @@ class ReplicaConnection(asyncio.Protocol):
         except httptools.HttpParserError as error:
             self._broken(f"malformed response: {error}")
             return
-        if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+        if self._in_head and self._read_in_head > MAX_HEAD_BYTES:
             self._broken("the response head is too long")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -235,8 +236,12 @@ class ReplicaConnection(asyncio.Protocol):
         self._headers = {}
         self._repeated = {}
         self._in_head = True
+        self._head_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _Malformed("the response head is too long")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers = self._headers
@@ -248,7 +253,7 @@ class ReplicaConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._head_bytes = 0
+        self._read_in_head = 0
         parser = self._parser
         status = parser.get_status_code()
         version = parser.get_http_version()
@@ -322,7 +327,7 @@ class ReplicaConnection(asyncio.Protocol):
         self._complete = False
         self._interim = 0
         self._in_head = True
-        self._head_bytes = 0
+        self._read_in_head = 0
         self._head_waiter = waiter
         self._timer = loop.call_at(expires_at, self._expire)
         try:
