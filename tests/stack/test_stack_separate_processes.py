@@ -1,6 +1,7 @@
 """The stack as the Helm chart runs it: `control-plane` and `router --control-plane --workers 2`
-as processes of their own, every worker following the routing table; and `up` stopped while it is still starting. Each test checks that no process of its
-Ray cluster (found by the session directory, kept under a `RAY_TMPDIR` of its own) is left."""
+as processes of their own, every worker following the routing table; and `up` stopped while it is
+still starting. Each test checks that no process of its Ray cluster (found by the session
+directory, kept under a `RAY_TMPDIR` of its own) is left."""
 
 from __future__ import annotations
 
