@@ -1,18 +1,25 @@
-"""The `orchestrator` command line: thin wrappers that parse arguments and call the packages."""
+"""The `orchestrator` command line: thin wrappers that parse arguments and call the packages.
+
+Each command imports what it needs when it runs; the families in modules of their own
+(`families.FAMILIES`) are imported only for their own commands.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.cli import bench, exporter, fault, tls
+from orchestrator.cli import tls
 from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
 from orchestrator.cli.arg_types import port as _port
 from orchestrator.cli.arg_types import positive_int as _positive_int
+from orchestrator.cli.extras import missing_extra_message
+from orchestrator.cli.families import add_families
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
@@ -392,12 +399,28 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     scale.set_defaults(handler=cmd_scale)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The top-level command `argv` asks for (None when it names none, e.g. `--help`)."""
+    words = argparse.ArgumentParser(add_help=False)
+    _add_global_options(words)
+    words.add_argument("command", nargs="?")
+    known, _ = words.parse_known_args(argv)
+    command: str | None = known.command
+    return command
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line parser; with `argv`, only the family of its command is imported in full
+    (the others are listed by name), without it every command is complete."""
     parser = argparse.ArgumentParser(
         prog="orchestrator",
         description="Serve one GPT-OSS endpoint over AMD Instinct pools of several generations.",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _add_global_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sim = commands.add_parser("sim", help="the simulated engine").add_subparsers(
@@ -436,19 +459,29 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.set_defaults(handler=cmd_fleet_calibrate)
     _add_router_command(commands)
     _add_stack_commands(commands)
-    for family in (exporter, fault, bench):
-        family.add_commands(commands)
+    add_families(commands, None if argv is None else command_word(argv), every=argv is None)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    words = sys.argv[1:] if argv is None else list(argv)
+    # Our processes start children only by fork + exec (Ray nodes, engines) or spawn (router
+    # workers), so gRPC's fork handlers are never needed; with them, a fork while gRPC threads
+    # run prints a warning and can abort the child. gRPC reads this when it initialises.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
+        parser = build_parser(words)
+        args = parser.parse_args(words)
+        logging.basicConfig(
+            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
         return int(args.handler(args))
+    except ModuleNotFoundError as error:
+        message = missing_extra_message(error, command_word(words) or "")
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return EXIT_USAGE
     except OrchestratorError as error:
         print(f"orchestrator: error: {error.message}", file=sys.stderr)
         return EXIT_USAGE

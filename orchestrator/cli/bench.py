@@ -6,11 +6,12 @@ import argparse
 
 from orchestrator.bench.loadgen import command as loadgen
 from orchestrator.bench.simulate import command as simulate
+from orchestrator.cli.families import command_help
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register this family's subcommands on the top-level parser."""
-    bench = commands.add_parser("bench", help="benchmarks (MLCommons LoadGen)")
+    bench = commands.add_parser("bench", help=command_help("bench"))
     family = bench.add_subparsers(dest="bench_command", required=True, metavar="SUBCOMMAND")
     loadgen.add_arguments(
         family.add_parser(
@@ -22,7 +23,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     simulate.add_arguments(
         commands.add_parser(
             "simulate",
-            help="virtual-time fleet simulation: Offline/Server tokens/s per routing profile",
+            help=command_help("simulate"),
             description="Simulate a fleet in virtual time with the real routing profiles.",
         )
     )

@@ -11,6 +11,7 @@ from types import FrameType
 
 from orchestrator.cli import tls
 from orchestrator.cli.arg_types import port as _port
+from orchestrator.cli.families import command_help
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 
 DEFAULT_PORT = 9400
@@ -102,9 +103,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register this family's subcommands on the top-level parser."""
-    exporter = commands.add_parser(
-        "exporter", help="serve a node's RoCE NIC and HBM metrics from sysfs on /metrics"
-    )
+    exporter = commands.add_parser("exporter", help=command_help("exporter"))
     exporter.add_argument(
         "--sysfs-root", default="/",
         help="the /sys directory, or a root holding sys/ (default /; a simulated tree in tests)",

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from orchestrator.cli.families import command_help
 from orchestrator.fabric.faults import Fault, add_fault, read_faults, remove_faults
 from orchestrator.fabric.manifest import StackManifest, default_fabric_root, read_manifest
 from orchestrator.fabric.model import FaultKind
@@ -111,9 +112,9 @@ def _duration(raw: str) -> float:
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register this family's subcommands on the top-level parser."""
-    fault = commands.add_parser(
-        "fault", help="inject or clear faults in the simulated fabric of `orchestrator up`"
-    ).add_subparsers(dest="fault_command", required=True, metavar="{inject,clear,list}")
+    fault = commands.add_parser("fault", help=command_help("fault")).add_subparsers(
+        dest="fault_command", required=True, metavar="{inject,clear,list}"
+    )
 
     def sub(name: str, text: str) -> argparse.ArgumentParser:
         parser = fault.add_parser(name, help=text)

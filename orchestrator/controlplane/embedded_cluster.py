@@ -3,15 +3,18 @@
 `orchestrator up` and `orchestrator control-plane` without `--ray-address` start a local cluster
 with one Ray node per (site, generation) of the config (`placement.node_groups`), each with room to
 scale its pools up; `stop()` removes every node it started, so no raylet, GCS or worker outlives it.
-Kept here because only `controlplane/` imports `ray`.
+A local cluster listens on loopback only: an unauthenticated GCS reachable from the network runs
+anyone's code. Kept here because only `controlplane/` imports `ray`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any, Final
 
 import ray
+from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
 from orchestrator.config.schema import OrchestratorConfig
@@ -22,6 +25,10 @@ HEADROOM: Final = 2
 """Each local node offers this many times the GPU slots its pools need at their configured size,
 so `orchestrator scale` has somewhere to place new replicas."""
 
+LOOPBACK: Final = "127.0.0.1"
+"""The address of every node of a local cluster, so its GCS, raylets, object managers, agents and
+workers bind to loopback instead of every interface."""
+_RESOLVE_LOCALHOST_ENV: Final = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _START_ATTEMPTS = 2
 _STARTUP_TIMEOUT = "timed out during startup"
 # A node that dies is noticed within about 2 s (the default takes 30 s).
@@ -30,6 +37,19 @@ _FAST_FAILURE_DETECTION: Final = {
     "health_check_period_ms": 500,
     "health_check_failure_threshold": 3,
 }
+
+
+def keep_clients_on_loopback() -> None:
+    """Make Ray clients of this process and of the processes it starts connect to 127.0.0.1 as given.
+
+    Ray rewrites a 127.0.0.1 address to the host's interface address before it connects (so a
+    laptop's cluster can take other machines), where a loopback-only GCS does not answer. Its one
+    switch for that rewrite is `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read when `ray` is imported:
+    set it for the nodes and workers this process starts, and in the constant this process
+    already read. It changes nothing for an address that is not loopback (`connect()`).
+    """
+    os.environ[_RESOLVE_LOCALHOST_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def local_node_groups(config: OrchestratorConfig) -> list[NodeGroup]:
@@ -52,19 +72,23 @@ class RayConnection:
 
         Blocks until every node has joined. On failure, whatever was started is stopped again.
         """
+        keep_clients_on_loopback()
         for attempt in range(1, _START_ATTEMPTS + 1):
             cluster = Cluster(
                 initialize_head=True,
                 head_node_args={
                     "num_cpus": 1,
                     "include_dashboard": False,
+                    "node_ip_address": LOOPBACK,
                     "_system_config": _FAST_FAILURE_DETECTION,
                 },
                 shutdown_at_exit=True,
             )
             try:
                 for group in local_node_groups(config):
-                    cluster.add_node(num_cpus=1, **group.ray_node_args())
+                    cluster.add_node(
+                        num_cpus=1, node_ip_address=LOOPBACK, **group.ray_node_args()
+                    )
                 ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
             except BaseException as error:
                 ray.shutdown()

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from listening_sockets import is_loopback, listening_addresses
 
 from orchestrator.config import default_config_text
 
@@ -216,6 +217,23 @@ def test_a_chat_completion_through_the_router_succeeds_within_90_s_of_start(stac
     banner = "".join(stack.banner)
     assert f"{stack.http}/v1" in banner and "curl" in banner and "us-mi355x" in banner
     stack.remember_processes()
+
+
+def test_every_process_up_started_listens_on_loopback_only(stack: Stack) -> None:
+    stack.remember_processes()
+    processes = {stack.process.pid: cmdline(stack.process.pid), **stack.seen_pids}
+    listening = {pid: addresses for pid in processes if (addresses := listening_addresses(pid))}
+    kinds = " ".join(processes[pid] for pid in listening)
+    # The Ray processes, the replicas' actors and the router all hold listening sockets.
+    assert "gcs_server" in kinds and "raylet" in kinds and "router" in kinds, kinds
+    assert len(listening) >= 8, listening
+    exposed = [
+        f"{processes[pid][:90]}: {host}:{port}"
+        for pid, addresses in listening.items()
+        for host, port in addresses
+        if not is_loopback(host)
+    ]
+    assert not exposed, "listening beyond loopback:\n" + "\n".join(exposed)
 
 
 def test_status_lists_2_sites_2_generations_and_4_ready_replicas_mi355x_over_3x_mi300x(

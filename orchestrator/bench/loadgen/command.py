@@ -1,12 +1,16 @@
-"""`orchestrator bench loadgen`: MLCommons LoadGen, Offline or Server, against one endpoint."""
+"""`orchestrator bench loadgen`: MLCommons LoadGen, Offline or Server, against one endpoint.
+
+Its arguments parse without the `bench` extra; LoadGen itself is imported only when the command
+runs, so `--help` works everywhere and a missing extra is reported by the CLI in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Final
 
-from orchestrator.bench.loadgen.report import format_report
-from orchestrator.bench.loadgen.run import SCENARIOS, LoadgenSettings, run_loadgen
+SCENARIOS: Final = ("Offline", "Server")
 
 
 def _positive(text: str) -> float:
@@ -60,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator.bench.loadgen.report import format_report
+    from orchestrator.bench.loadgen.run import LoadgenSettings, run_loadgen
+
     settings = LoadgenSettings(
         endpoint=args.endpoint, scenario=args.scenario, target_qps=args.target_qps,
         duration_s=args.duration, transport=args.transport, time_scale=args.time_scale,
