@@ -308,8 +308,9 @@ class HttpConnection(asyncio.Protocol):
                 return
         self._identity = identity
         self._keep_body = route.reads_body
-        if expect is not None and self._task is None and not self._queue:
-            self._write(_CONTINUE)
+        transport = self._transport
+        if expect is not None and self._task is None and not self._queue and transport:
+            transport.write(_CONTINUE)  # interim: not part of the answer
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -429,6 +430,7 @@ class HttpConnection(asyncio.Protocol):
         route = match.route
         count = self._shared.count if route.counted else None
         status = 500
+        self._answering = False
         try:
             try:
                 answer = await route.handler(request)
@@ -438,22 +440,19 @@ class HttpConnection(asyncio.Protocol):
                 else:
                     status = answer.status
                     self._write_whole(answer, pending.keep_alive, pending.http10)
-            except OrchestratorError as error:
-                if self._answering:
-                    raise
-                answer = error_answer(error)
-                status = answer.status
-                self._write_whole(answer, pending.keep_alive, pending.http10)
             except (ConnectionResetError, asyncio.CancelledError):
                 raise
-            except Exception:
-                log.exception("unhandled error serving %s %s", request.method, request.path)
-                status = 500
+            except Exception as error:
+                if not isinstance(error, OrchestratorError):
+                    log.exception("unhandled error serving %s %s", request.method, request.path)
+                    error = OrchestratorError(ErrorCode.INTERNAL, "internal server error")
                 if self._answering:  # part of an answer is out: only closing can end it
+                    status = 500
                     self._closing = True
                 else:
-                    internal = OrchestratorError(ErrorCode.INTERNAL, "internal server error")
-                    self._write_whole(error_answer(internal), pending.keep_alive, pending.http10)
+                    answer = error_answer(error)
+                    status = answer.status
+                    self._write_whole(answer, pending.keep_alive, pending.http10)
         except asyncio.CancelledError:
             if count is not None:
                 count(CLIENT_CLOSED)
