@@ -86,9 +86,7 @@ class RayConnection:
             )
             try:
                 for group in local_node_groups(config):
-                    cluster.add_node(
-                        num_cpus=1, node_ip_address=LOOPBACK, **group.ray_node_args()
-                    )
+                    cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, **group.ray_node_args())
                 ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
             except BaseException as error:
                 ray.shutdown()

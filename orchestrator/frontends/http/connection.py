@@ -575,6 +575,8 @@ def _path_of(target: bytes) -> str:
 def _keeps_alive(version: str, connection: str | None) -> bool:
     """RFC 9112 section 9.3: HTTP/1.1 persists unless `close` is a token of `Connection`;
     HTTP/1.0 only with a `keep-alive` token."""
+    if connection is None:
+        return version == "1.1"
     tokens = set() if connection is None else {t.strip().lower() for t in connection.split(",")}
     if "close" in tokens:
         return False

@@ -112,11 +112,21 @@ def status_line(status: int) -> bytes:
     return line
 
 
+MAX_CACHED_FIELDS: Final = 4096  # header lines kept ready-made (then the cache starts over)
+_FIELDS: dict[tuple[str, str], bytes] = {}
+
+
 def header_field(name: str, value: str) -> bytes:
-    """One header line; a value that would break the head (CR, LF, NUL) is refused."""
-    if "\r" in value or "\n" in value or "\x00" in value:
-        raise ValueError(f"control character in the value of header {name}")
-    return f"{name}: {value}\r\n".encode("latin-1")
+    """One header line; a value that would break the head (CR, LF, NUL) is refused. Lines
+    repeat (content types, replica ids), so up to `MAX_CACHED_FIELDS` are kept made."""
+    line = _FIELDS.get((name, value))
+    if line is None:
+        if "\r" in value or "\n" in value or "\x00" in value:
+            raise ValueError(f"control character in the value of header {name}")
+        if len(_FIELDS) >= MAX_CACHED_FIELDS:
+            _FIELDS.clear()
+        line = _FIELDS[name, value] = f"{name}: {value}\r\n".encode("latin-1")
+    return line
 
 
 class DateField:

@@ -59,7 +59,7 @@ class RouteTable:
 
     def __init__(self, check_head: HeadCheck = _no_check) -> None:
         self.check_head = check_head
-        self._exact: dict[str, dict[str, Route]] = {}
+        self._exact: dict[str, dict[str, Match]] = {}
         self._patterns: list[tuple[tuple[str, ...], dict[str, Route]]] = []
 
     def add(self, route: Route) -> None:
@@ -71,15 +71,15 @@ class RouteTable:
                     return
             self._patterns.append((segments, {route.method: route}))
         else:
-            self._exact.setdefault(route.path, {})[route.method] = route
+            self._exact.setdefault(route.path, {})[route.method] = Match(route)
 
     def match(self, method: str, path: str) -> Match:
         """The route for `method` and `path`; raises `NoRoute`."""
         methods = self._exact.get(path)
         if methods is not None:
-            route = methods.get(method)
-            if route is not None:
-                return Match(route)
+            found = methods.get(method)
+            if found is not None:
+                return found
             raise NoRoute(tuple(sorted(methods)))
         segments = path.strip("/").split("/", MAX_PATH_SEGMENTS)
         allowed: set[str] = set()
