@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -417,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     routers = [name.strip() for name in args.routers.split(",") if name.strip()]
+    for name in ("sglang-router", "vllm-router"):
+        if name in routers and importlib.util.find_spec(name.replace("-", "_")) is None:
+            parser.error(f"needs {name}: pip install {name} (or leave it out of --routers)")
     with tempfile.TemporaryDirectory(prefix="router-bench-") as folder:
         setting = Setting(
             args.duration, args.connections, args.stream_chunks, args.workers, Path(folder)
