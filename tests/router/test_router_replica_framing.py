@@ -214,6 +214,8 @@ def test_a_crafted_replica_answer_is_framed_per_the_rfc_and_the_router_stays_hea
     router, replica = scripted
     replica.kept.clear()
     replica.script.append(scripted_answer)
+    errors = "orchestrator_router_upstream_errors_total"
+    malformed_before = router.metric(errors, replica="raw-0", kind="malformed")
 
     got_status, got_body = ask(router)
     follow_status, follow_body = ask(router)  # from the next answer, never from stray bytes
@@ -225,6 +227,13 @@ def test_a_crafted_replica_answer_is_framed_per_the_rfc_and_the_router_stays_hea
         error = json.loads(got_body)["error"]
         assert error["code"] == status and set(error) == {"message", "type", "param", "code"}
     assert (follow_status, follow_body) == (200, BODY)
+    if status == BAD:
+        assert (
+            router.metric(
+                "orchestrator_router_upstream_errors_total", replica="raw-0", kind="malformed"
+            )
+            > malformed_before
+        )
     if kept:
         assert False not in replica.kept
     else:
