@@ -1,5 +1,5 @@
 """API keys: read from a file (or a Kubernetes Secret mounted as one), kept only as SHA-256
-digests, matched in constant time, and re-read when the file changes.
+digests, looked up by the presented key's digest, and re-read when the file changes.
 
 One key per line, then optional limits, whitespace separated; blank lines and `#` comments are
 skipped:
@@ -10,18 +10,17 @@ skipped:
 A line may give the key itself or `sha256:<hex digest>` of it, so the file need not hold secrets.
 `id` names the key in metrics and logs (default `key-` and the digest's first 8 hex digits); the
 key never appears there. A limit left out is unlimited; a burst must be at least 1 and comes
-with its rate (`burst` with `rps`, `token_burst` with `tokens_per_s`). A presented key's digest
-is compared with every stored digest (`hmac.compare_digest`), so the time taken says nothing
-about which key is close. The file is stat'ed at most every `reload_interval_s` on use; a
-changed file (mtime, size or inode, which also catches a Secret's `..data` symlink swap) is
-re-read, and a file that no longer parses keeps the previous keys (logged). A removed key is
-refused from the first request after that reload.
+with its rate (`burst` with `rps`, `token_burst` with `tokens_per_s`). A presented key is
+hashed and its digest looked up (`KeyRing`), so the cost does not grow with the number of keys
+and no stored key is ever compared byte by byte with it. The file is stat'ed at most every
+`reload_interval_s` on use; a changed file (mtime, size or inode, which also catches a Secret's
+`..data` symlink swap) is re-read, and a file that no longer parses keeps the previous keys
+(logged). A removed key is refused from the first request after that reload.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import os
 import time
@@ -151,18 +150,19 @@ def parse_keys(text: str, source: str) -> tuple[ApiKey, ...]:
 
 
 class KeyRing:
-    """A fixed set of keys; `match(key)` finds one in time independent of which key it is."""
+    """A fixed set of keys, found by digest: one hash and one lookup, however many keys there are.
+
+    The lookup's timing can only say something about the presented key's SHA-256 digest, which
+    tells nothing about a high-entropy key or any stored one. Of two lines with the same key,
+    the later one counts.
+    """
 
     def __init__(self, keys: Iterable[ApiKey]) -> None:
         self.keys = tuple(keys)
+        self._by_digest = {key.digest: key for key in self.keys}
 
     def match(self, presented: str) -> ApiKey | None:
-        digest = digest_of(presented)
-        found: ApiKey | None = None
-        for key in self.keys:
-            if hmac.compare_digest(key.digest, digest):
-                found = key
-        return found
+        return self._by_digest.get(digest_of(presented))
 
 
 class KeyAuthority(Protocol):

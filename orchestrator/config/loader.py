@@ -26,6 +26,7 @@ from orchestrator.config.schema import (
     OrchestratorConfig,
     cross_field_problems,
 )
+from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 
 _EXPECTED = f"a mapping starting with `apiVersion: {API_VERSION}` and `kind: {KIND}`"
 
@@ -48,7 +49,9 @@ def load_config(path: str | Path) -> OrchestratorConfig:
 def parse_config(text: str, *, source: str = "config") -> OrchestratorConfig:
     """Validate a config document given as YAML text; `source` names it in errors."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        data = load_strict_yaml(text)
+    except DuplicateKeyError as error:
+        raise ConfigError(source, [ConfigProblem(error.path, error.problem)]) from None
     except yaml.YAMLError as error:
         raise ConfigError(source, [_yaml_problem(error)]) from None
     return validate_config(data, source=source)
@@ -80,34 +83,6 @@ def dump_config(config: OrchestratorConfig) -> str:
     """The config as YAML that `parse_config` reads back to an equal config."""
     document = config.model_dump(mode="json", by_alias=True, exclude_none=True)
     return yaml.safe_dump(document, sort_keys=False)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that refuses duplicate keys, which plain YAML loaders silently overwrite."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[object] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable: construct_mapping below reports it with its position
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _yaml_problem(error: yaml.YAMLError) -> ConfigProblem:

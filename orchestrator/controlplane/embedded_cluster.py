@@ -40,7 +40,7 @@ _FAST_FAILURE_DETECTION: Final = {
 
 
 def keep_clients_on_loopback() -> None:
-    """Make Ray clients of this process and of the processes it starts connect to 127.0.0.1 as given.
+    """Make Ray clients here and in the processes started from here keep 127.0.0.1 as given.
 
     Ray rewrites a 127.0.0.1 address to the host's interface address before it connects (so a
     laptop's cluster can take other machines), where a loopback-only GCS does not answer. Its one

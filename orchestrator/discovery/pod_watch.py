@@ -5,9 +5,11 @@ pods once (which gives a `resourceVersion`), then watch from that version; each 
 DELETED event updates the pods held, and the callback gets the new set of ready endpoints whenever
 it changes. A watch that ends (the server's timeout) resumes from the last version seen; a version
 too old for the server (410 Gone, as an HTTP status or an ERROR event) means events were missed,
-so the pods are listed again. Other failures (the API server restarting) are logged and retried
-after `retry_s`, relisting. The client blocks, so `run` blocks: run it in a thread; `stop()` from
-any other thread ends it promptly, closing the open watch.
+so the pods are listed again. Other failures (the API server restarting) are logged and retried,
+relisting, after a jittered delay that starts below `retry_s` and doubles per failure up to
+`MAX_RETRY_S` (`core.backoff`), so many watchers do not hit a recovering API server at once.
+The client blocks, so `run` blocks: run it in a thread; `stop()` from any other thread ends it
+promptly, closing the open watch.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from orchestrator.core.backoff import Backoff
 from orchestrator.discovery.pods import PodEndpoint, ready_endpoint, selector_string
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WATCH_TIMEOUT_S: Final = 300
 DEFAULT_RETRY_S: Final = 2.0
+MAX_RETRY_S: Final = 30.0
 _HTTP_GONE: Final = 410
 _CONNECT_TIMEOUT_S: Final = 5.0
 _LIST_TIMEOUT_S: Final = 30.0
@@ -86,7 +90,7 @@ class PodWatch:
         self._port = port
         self._on_change = on_change
         self._watch_timeout_s = watch_timeout_s
-        self._retry_s = retry_s
+        self._backoff = Backoff(retry_s, max(retry_s, MAX_RETRY_S))
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._response: Any = None  # the open watch, for `stop()` to close
@@ -99,6 +103,7 @@ class PodWatch:
         while not self._stopped.is_set():
             try:
                 version = self._list()
+                self._backoff.reset()
                 while not self._stopped.is_set():
                     version = self._watch_from(version)
             except _Gone:
@@ -106,8 +111,9 @@ class PodWatch:
             except Exception as exc:  # API server unreachable or restarting: relist later
                 if self._stopped.is_set():
                     return
-                log.warning("pods %s: %s; retrying in %gs", self._selector, exc, self._retry_s)
-                self._stopped.wait(self._retry_s)
+                delay_s = self._backoff.next_delay_s()
+                log.warning("pods %s: %s; retrying in %.1fs", self._selector, exc, delay_s)
+                self._stopped.wait(delay_s)
 
     def stop(self) -> None:
         """End `run` soon: closes a watch that is waiting for events."""

@@ -2,17 +2,16 @@
 and amdgpu cards.
 
 Tests build fixtures with it, the benchmark builds an 8-GPU, 8-NIC node, and the fabric
-simulator keeps a tree per simulated node and moves its counters with `write_value` (an atomic
-replace, so a concurrent scrape never reads a half-written file).
+simulator's trees (`fabric/tree.py`) follow the same layout; each file is replaced atomically
+(`core.files`), so a concurrent scrape never reads a half-written file.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from orchestrator.core.files import atomic_write_text
 from orchestrator.exporters.drivers import PORT_COUNTERS, DriverCounters
 
 
@@ -26,9 +25,7 @@ class NodeTreeBuilder:
 
     def write_value(self, rel: str, value: int | str) -> None:
         """Write one sysfs file (created with its directories), replacing it atomically."""
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, f"{value}\n")
+        atomic_write_text(self.root / rel, f"{value}\n")
 
     def rdma_port(
         self,
@@ -86,9 +83,8 @@ class NodeTreeBuilder:
 
     def ethtool(self, netdev: str, stats: Mapping[str, int]) -> None:
         """`ethtool -S <netdev>` output for `FileEthtoolReader`, replacing any earlier one."""
-        self.ethtool_dir.mkdir(parents=True, exist_ok=True)
         lines = ["NIC statistics:", *(f"     {key}: {value}" for key, value in stats.items())]
-        _atomic_write(self.ethtool_dir / f"{netdev}.txt", "\n".join(lines) + "\n")
+        atomic_write_text(self.ethtool_dir / f"{netdev}.txt", "\n".join(lines) + "\n")
 
     def gpu(
         self,
@@ -110,15 +106,3 @@ class NodeTreeBuilder:
             ("gpu_busy_percent", busy_percent),
         ):
             self.write_value(f"{base}/{file}", value)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(handle, 0o644)  # world-readable like sysfs, not mkstemp's 0600
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise

@@ -2,8 +2,9 @@
 
 Every `interval_s` it reads the node (an exporter scrape, in process), evaluates it, and reports
 when the verdict changes, and again every `refresh_s` so a restarted registry learns it too. A
-control plane that does not answer (down, or refusing the certificate) is retried on the next beat
-over a fresh channel, which re-reads the TLS files, so a rotated client certificate is picked up;
+control plane that does not answer (down, or refusing the certificate) is retried over a fresh
+channel, which re-reads the TLS files, so a rotated client certificate is picked up, after a
+jittered delay that grows from `interval_s` to `MAX_RETRY_S` while it stays down (`core.backoff`);
 the reporter never stops the node's exporter or the stack it runs in. Used by `orchestrator up`
 (one per simulated node) and by `orchestrator exporter --control-plane` on a real node.
 """
@@ -24,6 +25,7 @@ import grpc
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config.fabric_health import FabricHealthSpec
+from orchestrator.core.backoff import Backoff
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import NodeHealth
 from orchestrator.fabric.health import HealthVerdict, NodeHealthEvaluator, NodeReading
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S: Final = 1.0
 DEFAULT_REFRESH_S: Final = 5.0
+MAX_RETRY_S: Final = 10.0
 _CALL_TIMEOUT_S: Final = 5.0
 HEALTH_TO_PB: Final = MappingProxyType(
     {
@@ -69,6 +72,7 @@ class HealthReporter:
         self._tls = tls
         self._evaluator = NodeHealthEvaluator(spec)
         self._interval_s = interval_s
+        self._backoff = Backoff(interval_s, max(interval_s, MAX_RETRY_S))
         self._refresh_s = refresh_s
         self._clock = clock
         self.verdict: HealthVerdict | None = None
@@ -84,13 +88,14 @@ class HealthReporter:
                 channel = aio_channel(self._control_plane, self._tls)
             except OrchestratorError as error:  # files mid-rotation, or not mounted yet
                 self._note_failure(error.message)
-                await asyncio.sleep(self._interval_s)
+                await asyncio.sleep(self._backoff.next_delay_s())
                 continue
             async with channel:
                 stub: Any = pb_grpc.ControlPlaneServiceStub(channel)  # type: ignore[no-untyped-call]
                 while await self.beat(stub):
+                    self._backoff.reset()
                     await asyncio.sleep(self._interval_s)
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(self._backoff.next_delay_s())
 
     async def beat(self, stub: Any) -> bool:
         """One read, evaluation and (when due) report through `stub`; False when the report
@@ -130,8 +135,8 @@ class HealthReporter:
     def _note_failure(self, why: str) -> None:
         if not self._failing:  # once per outage, not once a beat
             log.warning(
-                "reporting node %s to %s failed (%s); retrying every %g s",
-                self.node_key, self._control_plane, why, self._interval_s,
+                "reporting node %s to %s failed (%s); retrying, at most %g s apart",
+                self.node_key, self._control_plane, why, self._backoff.max_s,
             )  # fmt: skip
         self._failing = True
 

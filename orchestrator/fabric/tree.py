@@ -6,11 +6,11 @@ after a step, never half written. Only files whose text changed are rewritten.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
+
+from orchestrator.core.files import atomic_write_text
 
 SYSFS_DIR: Final = "sys"
 ETHTOOL_DIR: Final = "ethtool"
@@ -52,19 +52,7 @@ class NodeTree:
                 continue
             ethtool = rel.startswith(f"{ETHTOOL_DIR}/")
             path = self.root / rel if ethtool else self.sysfs_root / rel
-            _atomic_write(path, text + "\n", self._scratch)
+            atomic_write_text(path, text + "\n", scratch_dir=self._scratch)
             self._written[rel] = text
             changed += 1
         return changed
-
-
-def _atomic_write(path: Path, text: str, scratch: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=scratch)
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise

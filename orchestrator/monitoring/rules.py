@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import yaml
 
+from orchestrator.core.strict_yaml import load_strict_yaml
+
 RULES_RESOURCE: Final = "data/rules.yaml"
 TARGET_RULES: Final = ("orchestrator:target_ttft_seconds", "orchestrator:target_tpot_seconds")
 _DURATION: Final = re.compile(r"^(\d+)(ms|s|m|h|d)$")
@@ -37,7 +39,7 @@ def rules_text() -> str:
 
 def rules_document() -> dict[str, Any]:
     """The rule file parsed."""
-    document = yaml.safe_load(rules_text())
+    document = load_strict_yaml(rules_text())
     if not isinstance(document, dict) or not isinstance(document.get("groups"), list):
         raise ValueError(f"{RULES_RESOURCE}: expected a mapping with a 'groups' list")
     return document

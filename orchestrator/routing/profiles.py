@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 from orchestrator.routing.plugin import Filter, Picker, Scorer
 from orchestrator.routing.plugins import builtin_registry
 from orchestrator.routing.plugins.params import PluginParamsError
@@ -97,8 +98,10 @@ def load_profiles(
     plugin params. `registry` defaults to the built-in plugins.
     """
     try:
-        raw = yaml.safe_load(text)
+        raw = load_strict_yaml(text)
         spec = ProfilesFile.model_validate(raw)
+    except DuplicateKeyError as error:
+        raise _invalid(f"{source}: {error}") from None
     except yaml.YAMLError as error:
         raise _invalid(f"{source}: not YAML: {error}") from None
     except ValidationError as error:

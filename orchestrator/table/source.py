@@ -1,23 +1,17 @@
-"""Where routers get the routing table: a `TableSource` hands out snapshots and announces new ones.
+"""The router's copy of the routing table (`TableHolder`): the current snapshot, and a wait for
+the next one.
 
-`TableHolder` is the router's copy. A static replicas file feeds it now; the control plane's
-watch stream feeds the same holder later, so the router never knows which one it has.
+A replicas file (`table/static_file.py`) or the control plane's watch stream
+(`controlplane/watch_client.py`) feeds it; the router reads only the holder, so it never knows
+which of the two it has.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
 
 from orchestrator.table.snapshot import EMPTY_TABLE, RoutingTable
-
-
-@runtime_checkable
-class TableSource(Protocol):
-    def snapshot(self) -> RoutingTable: ...
-
-    def watch(self) -> AsyncIterator[RoutingTable]: ...
 
 
 class TableHolder:

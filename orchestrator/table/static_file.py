@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
+from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
 from orchestrator.table.snapshot import RoutingTable
 
@@ -90,8 +91,10 @@ def _error_text(error: ValidationError) -> str:
 def parse_replicas(text: str, *, source: str = "replicas file", version: int = 1) -> RoutingTable:
     """Validate a replicas document and build a routing table; errors name the field."""
     try:
-        raw = yaml.safe_load(text)
+        raw = load_strict_yaml(text)
         spec = ReplicasFile.model_validate(raw)
+    except DuplicateKeyError as error:
+        raise OrchestratorError(ErrorCode.INVALID_ARGUMENT, f"{source}: {error}") from None
     except yaml.YAMLError as error:
         raise OrchestratorError(
             ErrorCode.INVALID_ARGUMENT, f"{source}: not YAML: {error}"

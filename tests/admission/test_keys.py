@@ -16,7 +16,7 @@ from replica_server import ReplicaThread, replica
 from router_harness import MODEL, ReplicaEntry, RouterThread, running_router
 
 from orchestrator.admission.errors import Refused
-from orchestrator.admission.keys import ApiKey, KeyFile, KeyLimits, KeyRing, parse_keys
+from orchestrator.admission.keys import ApiKey, KeyFile, KeyLimits, KeyRing, digest_of, parse_keys
 from orchestrator.admission.limits import KeyLimiter
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import Generation
@@ -61,6 +61,17 @@ def test_keys_are_kept_as_digests_and_matched_whichever_form_the_file_uses() -> 
     assert ring.match(SECRET_B) is keys[1]
     assert ring.match(SECRET_A + "x") is None
     assert ring.match("") is None
+
+
+def test_a_ring_of_100000_keys_finds_each_by_digest_and_the_later_of_two_equal_keys_counts() -> (
+    None
+):
+    keys = [ApiKey(f"k{i}", digest_of(f"sk-{i:06d}"), KeyLimits()) for i in range(100_000)]
+    again = ApiKey("again", digest_of("sk-000007"), KeyLimits())
+    ring = KeyRing([*keys, again])
+    assert ring.match("sk-099999") is keys[-1]
+    assert ring.match("sk-000007") is again
+    assert ring.match("sk-100000") is None
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ("apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: m\nreplicas: []\nextra: 1\n",
          "extra"),
         ("{not yaml: [", "not YAML"),
+        ("apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: m\nreplicas:\n"
+         "  - {id: a, url: 'http://h:1', pool: p, site: s, generation: MI355X, site: t}\n",
+         "replicas[0].site: found duplicate key 'site'"),
     ],
-    ids=["missing-url", "unknown-generation", "unknown-key", "not-yaml"],
+    ids=["missing-url", "unknown-generation", "unknown-key", "not-yaml", "duplicate-key"],
 )  # fmt: skip
 def test_a_bad_replicas_file_exits_2_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], document: str, named: str

@@ -125,6 +125,10 @@ def test_every_registered_type_builds_with_default_params() -> None:
         (GOOD + GOOD.split("profiles:\n")[1], "duplicate profile names: mine"),
         (HEADER + "profiles: []\n", "profiles"),
         ("profiles: [\n", "not YAML"),
+        (
+            GOOD.replace("weight: 2.0}", "weight: 2.0, weight: 0.1}"),
+            "profiles[0].scorers[0].weight: found duplicate key 'weight'",
+        ),
     ],
 )
 def test_a_bad_profile_file_is_refused_naming_the_profile_and_field(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.bench.loadgen.dataset import Dataset
 from orchestrator.bench.loadgen.sut import Progress
@@ -161,7 +161,3 @@ def format_report(report: Report) -> str:
         "  pool shares    " + ", ".join(f"{k} {v:.1%}" for k, v in report.pool_shares.items()),
     ]
     return "\n".join(lines)
-
-
-def report_dict(report: Report) -> dict[str, Any]:
-    return asdict(report)

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -160,8 +159,3 @@ def _weighted_static(text: str) -> Profile:
         f"    picker: {{type: weighted-random, params: {{weights: {{{', '.join(pairs)}}}}}}}\n"
     )
     return load_profiles(document, source="--profile")[WEIGHTED_STATIC]
-
-
-def sub_fleets(fleet: FleetSpec) -> Sequence[FleetSpec]:
-    """Each pool of `fleet` on its own, for the sum of the parts."""
-    return [FleetSpec((pool,)) for pool in fleet.pools]
