@@ -107,6 +107,8 @@ REQUESTS = [
     ("129-fields", head("Host: r", *[f"X-F{i}: v" for i in range(128)]), 431, CLOSE),
     ("2700-same-fields", head("Host: r", *["X-Same: v"] * 2700), 431, CLOSE),
     ("long-field", head("Host: r", "X-Long: " + "a" * 8200), 431, CLOSE),
+    ("head-over-64k-in-one-read", head("Host: r", *[f"X-F{i}: {'a' * 8000}" for i in range(9)]),
+     431, CLOSE),
     ("long-target", head("Host: r", line=f"GET /{'a' * 8200} HTTP/1.1"), 414, CLOSE),
     ("length-over-limit", head("Host: r", f"Content-Length: {LIMIT + 1}"), 413, CLOSE),
     ("chunked-over-limit", head("Host: r", "Transfer-Encoding: chunked")

@@ -149,8 +149,9 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._repeated: dict[str, list[str]] = {}
         self._fields = 0
+        self._field_bytes = 0  # of the head's fields, as parsed
         self._in_head = False
-        self._head_bytes = 0
+        self._head_bytes = 0  # read while a head is incomplete
         self._match: Match | None = None
         self._identity: object = None
         self._early: Answer | None = None  # answered from the head; its body is dropped
@@ -223,6 +224,7 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._repeated = {}
         self._fields = 0
+        self._field_bytes = 0
         self._in_head = True
         self._head_bytes = 0
         self._match = None
@@ -253,6 +255,11 @@ class HttpConnection(asyncio.Protocol):
                 431,
                 ErrorCode.INVALID_ARGUMENT,
                 f"a header field is longer than {settings.max_field_bytes} bytes",
+            )
+        self._field_bytes += len(name) + len(value) + 4
+        if self._field_bytes > settings.max_head_bytes:
+            raise _Refuse(
+                431, ErrorCode.INVALID_ARGUMENT, f"the head is over {settings.max_head_bytes} bytes"
             )
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
