@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,14 @@ from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.records import ReplicaState
+from orchestrator.core.records import Replica, ReplicaState
 from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
 from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
+from orchestrator.forwarding.event_stream import RESPONSES_PATH, response_id
 from orchestrator.forwarding.metrics import RouterMetrics
+from orchestrator.forwarding.passthrough import Passthrough, ReplicaUnreachable, WholeReply
 from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
+from orchestrator.forwarding.stored_responses import StoredResponses
 from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.estimator import CapacityEstimator
@@ -161,6 +165,13 @@ class RouterService:
             latency_scale=self.settings.latency_scale,
         )
         self.key_limiter = KeyLimiter(self.admission_metrics)
+        self.passthrough = Passthrough(
+            self.upstream,
+            self.metrics,
+            self.clock,
+            connect_timeout_s=self.settings.connect_timeout_s,
+        )
+        self.stored_responses = StoredResponses(table.snapshot, self.passthrough, self.clock.now)
         self.api_keys: KeyAuthority | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -225,7 +236,16 @@ class RouterService:
     ) -> UpstreamReply:
         """The key's limits, then admission, then the dispatcher; raises `Refused` (429) when a
         limit or the fleet's capacity says no. The key's lease and the admission slot are held
-        until the answer's last byte (for a stream, until its relay ends)."""
+        until the answer's last byte (for a stream, until its relay ends).
+
+        A request that continues a stored response goes to its holder (NOT_FOUND when gone);
+        the id of every response made on `RESPONSES_PATH` is remembered with its replica.
+        """
+        if ctx.stored_response_id is not None and ctx.replica_id is None:
+            holder = await self.stored_responses.holder(
+                ctx.stored_response_id, param="previous_response_id"
+            )
+            ctx = dataclasses.replace(ctx, replica_id=holder.replica_id)
         lease: KeyLease | None = None
         if key is not None:
             lease = self.key_limiter.acquire(key)
@@ -252,7 +272,51 @@ class RouterService:
             ended(reply.output_tokens)
         else:
             reply.chunks.on_end = ended
+        if path == RESPONSES_PATH and reply.status < 300:
+            head = reply.body if reply.chunks is None else reply.chunks.head
+            self.stored_responses.remember(response_id(head or b""), reply.replica)
         return reply
+
+    def routable_of(self, model: str | None) -> list[Replica]:
+        """Replicas of `model` (any model: None) that would take a request now, least loaded
+        by this router first: what a request that any of them can answer is sent to."""
+        table = self.table.snapshot()
+        found = []
+        for candidate in self.fleet.candidates(table):
+            replica, stats = candidate.replica, candidate.stats
+            if model is not None and replica.model != model:
+                continue
+            if replica.state is ReplicaState.READY and not stats.circuit_open:
+                found.append((stats.in_flight, replica.replica_id, replica))
+        return [replica for *_, replica in sorted(found)]
+
+    async def stored_response(
+        self, response_id: str, *, cancel: bool = False, body: bytes = b""
+    ) -> WholeReply:
+        """Retrieve (GET) or cancel (POST .../cancel) a stored response, on its holder only."""
+        holder = await self.stored_responses.holder(response_id)
+        path = f"{RESPONSES_PATH}/{response_id}" + ("/cancel" if cancel else "")
+        try:
+            return await self.passthrough.send(
+                holder,
+                "POST" if cancel else "GET",
+                path,
+                body or b"{}",
+                deadline_s=self.deadline_s(),
+            )
+        except ReplicaUnreachable as error:
+            raise OrchestratorError(
+                ErrorCode.UNAVAILABLE,
+                f"the replica that holds response {response_id!r} did not answer: {error}",
+            ) from None
+
+    async def to_any_replica(
+        self, model: str | None, method: str, path: str, body: bytes
+    ) -> WholeReply:
+        """A request any routable replica of `model` answers whole (tokenize, models)."""
+        return await self.passthrough.send_to_any(
+            self.routable_of(model), method, path, body, deadline_s=self.deadline_s()
+        )
 
     def room_of(self, model: str) -> FleetRoom | None:
         """The concurrent requests the routable replicas of `model` sustain within the TPOT

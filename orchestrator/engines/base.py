@@ -6,6 +6,7 @@ are the caller's job (the replica actor), so adapters are tested without GPUs or
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,6 +16,13 @@ from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, ReplicaLoad
 
 _MAX_PORT = 65535
+_VERSION = re.compile(r"\d+(\.\d+){1,3}([.+-]\w+)*")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string: "0.10.1rc1" -> (0, 10, 1)."""
+    found = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(part) for part in found.group(0).split(".")) if found else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +48,8 @@ class LaunchSpec:
     by default); engines that shard use one tensor-parallel rank per GPU. `extra_args` go last on
     the command line, so they override the adapter's defaults (argparse keeps the last value).
     `time_scale` stretches the simulated engine's time (2.0 = twice as slow, 0 = no delay); `None`
-    keeps the simulator's own default. Real engines ignore it.
+    keeps the simulator's own default. Real engines ignore it. `engine_version` ("0.10.1") picks
+    the launch recipe of that engine version where recipes differ; None: the current recipe.
     """
 
     model: str
@@ -50,6 +59,7 @@ class LaunchSpec:
     gpu_indices: tuple[int, ...] = (0,)
     extra_args: tuple[str, ...] = ()
     time_scale: float | None = None
+    engine_version: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -68,6 +78,10 @@ class LaunchSpec:
             raise ValueError(f"gpu_indices must be non-negative, got {self.gpu_indices}")
         if len(set(self.gpu_indices)) != len(self.gpu_indices):
             raise ValueError(f"gpu_indices must not repeat a GPU, got {self.gpu_indices}")
+        if self.engine_version is not None and not _VERSION.fullmatch(self.engine_version):
+            raise ValueError(
+                f"engine_version must look like 0.17 or 0.10.1, got {self.engine_version!r}"
+            )
         if self.time_scale is not None and not self.time_scale >= 0:
             raise ValueError(f"time_scale must be >= 0 (0 = no delay), got {self.time_scale}")
 

@@ -68,6 +68,20 @@ class LatencyTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningStats:
+    """How gpt-oss splits its output between reasoning and answer, by reasoning effort.
+
+    The workload's output lengths were measured at `effort`; a request at another effort keeps
+    its answer and scales its reasoning by `effort_factor[effort] / effort_factor[self.effort]`.
+    Reasoning tokens are output tokens: they cost decode steps and KV like any other.
+    """
+
+    effort: str
+    share_at_low: float
+    effort_factor: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadStats:
     """Token-length statistics of the MLPerf gpt-oss-120b performance set."""
 
@@ -80,6 +94,7 @@ class WorkloadStats:
     output_sigma: float
     server_latency_p99: LatencyTarget
     interactive_latency_p99: LatencyTarget
+    reasoning: ReasoningStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +162,15 @@ def _target(raw: Mapping[str, Any]) -> LatencyTarget:
     return LatencyTarget(ttft_s=float(raw["ttft_s"]), tpot_s=float(raw["tpot_s"]))
 
 
+def _reasoning(raw: Mapping[str, Any]) -> ReasoningStats:
+    factors = {str(k): float(v) for k, v in raw["effort_factor"].items()}
+    effort = str(raw["effort"])
+    share = float(raw["share_at_low"])
+    if effort not in factors or not 0.0 <= share < 1.0 or min(factors.values()) <= 0:
+        raise ValueError(f"workload.reasoning: bad effort {effort!r}, share or factors {factors}")
+    return ReasoningStats(effort, share, MappingProxyType(factors))
+
+
 def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
     """Build typed figures from the YAML mapping; a missing key raises KeyError naming it."""
     model = dict(raw["model"])
@@ -165,6 +189,7 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         output_sigma=float(workload["output_sigma"]),
         server_latency_p99=_target(workload["server_latency_p99"]),
         interactive_latency_p99=_target(workload["interactive_latency_p99"]),
+        reasoning=_reasoning(workload["reasoning"]),
     )
     engine = EngineDefaults(**_coerce(EngineDefaults, raw["engine"]))
     measured_raw = dict(raw["measured"])

@@ -16,6 +16,39 @@ from orchestrator.fleet.figures import WorkloadStats, load_figures
 
 
 @dataclass(frozen=True, slots=True)
+class OutputSplit:
+    """One answer's output tokens: reasoning first, then the answer; both are output tokens."""
+
+    reasoning_tokens: int
+    answer_tokens: int
+
+    @property
+    def output_tokens(self) -> int:
+        return self.reasoning_tokens + self.answer_tokens
+
+
+def split_output(stats: WorkloadStats, output_tokens: int, effort: str | None) -> OutputSplit:
+    """Split a length drawn from the workload (measured at `stats.reasoning.effort`) into
+    reasoning and answer at `effort`; None means no reasoning channel (all of it is answer).
+
+    The answer keeps its length at every effort (at least one token); the reasoning scales by
+    the effort's factor, so higher effort means more output tokens for the same question.
+    """
+    reasoning = stats.reasoning
+    if effort is None:
+        return OutputSplit(0, output_tokens)
+    factor = reasoning.effort_factor.get(effort)
+    if factor is None:
+        raise ValueError(
+            f"unknown reasoning effort {effort!r}; known: {sorted(reasoning.effort_factor)}"
+        )
+    base = reasoning.effort_factor[reasoning.effort]
+    thought_at_measured = min(output_tokens - 1, round(output_tokens * reasoning.share_at_low))
+    answer = output_tokens - thought_at_measured
+    return OutputSplit(max(1, round(thought_at_measured * factor / base)), answer)
+
+
+@dataclass(frozen=True, slots=True)
 class SampleLengths:
     input_tokens: int
     output_tokens: int

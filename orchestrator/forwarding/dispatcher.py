@@ -9,8 +9,11 @@ Contract of `Dispatcher.dispatch`:
   as a retry). When every candidate failed, it raises BAD_GATEWAY (502) if one answered
   malformed, else UNAVAILABLE.
 - A 4xx from the replica is the client's answer: returned as it is, never retried.
-- Once a stream has started, an upstream failure ends it with a terminal SSE event
-  `data: {"error": {...}}` followed by `data: [DONE]`.
+- Once a stream has started, an upstream failure ends it with a terminal event in the stream's
+  framing (`event_stream.py`): `data: {"error": {...}}` then `data: [DONE]` for completions, an
+  `event: error` for the Responses API.
+- A request whose context names a replica (`RequestContext.replica_id`: the holder of a stored
+  response) goes there and nowhere else; NOT_FOUND when it left the table.
 - The absolute `deadline_s` bounds everything, connect and read timeouts included: before the
   first byte its expiry raises DEADLINE_EXCEEDED, mid-stream it ends the stream with an error event.
 - Cancelling the caller (a client that went away) or closing `UpstreamReply.chunks` closes the
@@ -20,7 +23,6 @@ Contract of `Dispatcher.dispatch`:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,9 +30,14 @@ from typing import Final
 
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.openai_errors import openai_error
 from orchestrator.core.records import Replica
 from orchestrator.forwarding.breaker import CircuitBreakers
+from orchestrator.forwarding.event_stream import (
+    COMPLETIONS_FRAMING,
+    DONE_EVENT,
+    Framing,
+    framing_for,
+)
 from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
 from orchestrator.forwarding.upstream import (
     UpstreamConnectError,
@@ -41,14 +48,12 @@ from orchestrator.forwarding.upstream import (
 )
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.fleet_state import FleetState
-from orchestrator.routing.plugin import RoutingView
+from orchestrator.routing.plugin import Decision, RoutingView
 from orchestrator.routing.profile import Profile
 from orchestrator.table.source import TableHolder
 
 SSE_CONTENT_TYPE: Final = "text/event-stream"
-_DATA: Final = b"data:"
-_DONE_EVENT: Final = b"data: [DONE]\n\n"
-_COMPLETION_TOKENS: Final = b'"completion_tokens":'
+PINNED_PROFILE: Final = "stored-response"  # the `profile` label of a request sent to its holder
 _DRAIN_AFTER_DONE_S: Final = 1.0  # a replica ends its body this soon after [DONE], or is dropped
 _PASSED_HEADERS: Final = (
     ("content-type", "Content-Type"),
@@ -225,8 +230,11 @@ class Dispatcher:
         now = self._clock.now()
         if deadline_s <= now:
             raise _deadline_error()
-        view = RoutingView(table, self.settings.target_ttft_s, self.settings.target_tpot_s, now)
-        decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
+        if ctx.replica_id is not None:
+            decision = _pinned(ctx.replica_id, table.replica(ctx.replica_id))
+        else:
+            view = RoutingView(table, self.settings.target_ttft_s, self.settings.target_tpot_s, now)
+            decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
         primary = decision.primary
         self._metrics.decided(decision.profile, primary)
         failures: list[str] = []
@@ -268,6 +276,7 @@ class Dispatcher:
             self._breakers.released(replica.replica_id)
             raise _deadline_error()
         attempt = self._ledger.open(replica, start_s)
+        framing = framing_for(path)
         response: UpstreamResponse | None = None
         handed_over = False
         try:
@@ -288,7 +297,7 @@ class Dispatcher:
                 if not streamed:
                     data = await response.read()
                     response.release()
-                    tokens = _completion_tokens(data) if response.status < 300 else 0
+                    tokens = framing.output_tokens(data) if response.status < 300 else 0
                     self._ledger.close(attempt, ok=True, output_tokens=tokens)
                     return UpstreamReply(
                         response.status, headers, replica, body=data, output_tokens=tokens or 0
@@ -307,7 +316,7 @@ class Dispatcher:
             except TimeoutError:
                 raise _deadline_error() from None
             self._ledger.first_token(attempt)
-            relay = StreamRelay(self._ledger, attempt, response, first)
+            relay = StreamRelay(self._ledger, attempt, response, first, framing)
             handed_over = True
             return UpstreamReply(response.status, headers, replica, chunks=relay)
         except _AttemptFailed:
@@ -323,20 +332,22 @@ class Dispatcher:
 class StreamRelay:
     """An upstream SSE stream as an async iterator of byte chunks, relayed as they arrive.
 
-    The stream ends with the replica's body or, sooner, once a chunk ending in `data: [DONE]`
-    (OpenAI's last event) has been yielded: the answer is whole then, and a client that hangs up
-    as soon as it reads [DONE] (as the official client does) has had all of it. The replica's end
-    of the body is then awaited in the background, to keep the connection.
+    The stream ends with the replica's body or, sooner, once a chunk that ends the stream in its
+    framing (`data: [DONE]`, or the Responses API's terminal event) has been yielded: the answer
+    is whole then, and a client that hangs up as soon as it reads that (as the official client
+    does) has had all of it. The replica's end of the body is then awaited in the background, to
+    keep the connection.
 
-    Tokens are counted as `data:` events (no JSON parsing per chunk); the final usage chunk, when
-    the client asked for one, gives the exact count. A failure after the first chunk yields one
-    last chunk holding the terminal error event. `aclose()` closes the upstream connection (so the
-    replica aborts) unless the stream already ended; calling it more than once is harmless.
+    Tokens are counted as output events (no JSON parsing per chunk); the usage at the end, when
+    there is one, gives the exact count. A failure after the first chunk yields one last chunk
+    holding the terminal error event of the framing. `aclose()` closes the upstream connection
+    (so the replica aborts) unless the stream already ended; calling it more than once is
+    harmless.
     `on_end`, when set, is called once with the stream's output tokens when it ends, however.
     """
 
-    __slots__ = ("_attempt", "_done", "_events", "_first", "_last", "_ledger", "_previous",
-                 "_response", "on_end")  # fmt: skip
+    __slots__ = ("_attempt", "_done", "_end_watch", "_events", "_first", "_framing", "_last",
+                 "_ledger", "_previous", "_response", "head", "on_end")  # fmt: skip
 
     def __init__(
         self,
@@ -344,15 +355,19 @@ class StreamRelay:
         attempt: _Attempt,
         response: UpstreamResponse,
         first: bytes,
+        framing: Framing = COMPLETIONS_FRAMING,
     ) -> None:
         self._ledger = ledger
         self._attempt = attempt
+        self._framing = framing
         self._response: UpstreamResponse | None = response
         self._first: bytes | None = first
-        self._events = first.count(_DATA)
+        self.head = first  # the stream's first bytes (a response's id is in them)
+        self._events = framing.counted_events(first)
         self._previous = b""
         self._last = first
-        self._done = first.endswith(_DONE_EVENT)  # the [DONE] event has been yielded
+        self._end_watch = framing.end_watch()
+        self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
         self.on_end: Callable[[int], None] | None = None
 
     def __aiter__(self) -> StreamRelay:
@@ -378,17 +393,17 @@ class StreamRelay:
             data = await response.read_some()
         except TimeoutError:
             self._end(ok=False)
-            return error_event(_deadline_error())
+            return self.error_event(_deadline_error())
         except UpstreamMalformed:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.MALFORMED)
             self._end(ok=False, replica_failed=True)
-            return error_event(
+            return self.error_event(
                 OrchestratorError(ErrorCode.BAD_GATEWAY, "the replica's stream broke its framing")
             )
         except UpstreamDisconnected:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
             self._end(ok=False, replica_failed=True)
-            return error_event(
+            return self.error_event(
                 OrchestratorError(ErrorCode.UNAVAILABLE, "the replica failed mid-stream")
             )
         except BaseException:
@@ -397,13 +412,17 @@ class StreamRelay:
         if not data:
             self._end(ok=True)
             raise StopAsyncIteration
-        self._events += data.count(_DATA)
+        self._events += self._framing.counted_events(data)
         self._previous, self._last = self._last, data
-        self._done = data.endswith(_DONE_EVENT)
+        self._done = self._end_watch.ends(data)
         return data
 
     async def aclose(self) -> None:
         self._end(ok=False)
+
+    def error_event(self, error: OrchestratorError) -> bytes:
+        """The terminal event that ends this stream with `error`, numbered after what was sent."""
+        return self._framing.error_event(error, self._previous + self._last)
 
     def _end(self, *, ok: bool, replica_failed: bool = False) -> None:
         response, self._response = self._response, None
@@ -414,9 +433,9 @@ class StreamRelay:
         else:
             response.close()
         tail = self._previous + self._last
-        tokens = _completion_tokens(tail)
+        tokens = self._framing.output_tokens(tail)
         if tokens is None:
-            tokens = max(0, self._events - (1 if _DONE_EVENT in tail else 0))
+            tokens = max(0, self._events - (1 if DONE_EVENT in tail else 0))
         self._ledger.close(
             self._attempt, ok=ok, output_tokens=tokens, replica_failed=replica_failed, stream=True
         )
@@ -430,16 +449,15 @@ def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {name: headers[key] for key, name in _PASSED_HEADERS if key in headers}
 
 
-def _completion_tokens(data: bytes) -> int | None:
-    """`usage.completion_tokens` read from the end of an answer without parsing all of it."""
-    at = data.rfind(_COMPLETION_TOKENS)
-    if at < 0:
-        return None
-    digits = data[at + len(_COMPLETION_TOKENS) : at + len(_COMPLETION_TOKENS) + 24].lstrip()
-    end = 0
-    while end < len(digits) and 48 <= digits[end] <= 57:
-        end += 1
-    return int(digits[:end]) if end else None
+def _pinned(replica_id: str, replica: Replica | None) -> Decision:
+    """The decision for a request that only `replica_id` can answer (it holds its response)."""
+    if replica is None:
+        raise OrchestratorError(
+            ErrorCode.NOT_FOUND,
+            f"the replica that holds this response ({replica_id}) is no longer serving; "
+            "stored responses live on one replica and are lost with it",
+        )
+    return Decision(replica, (), PINNED_PROFILE)
 
 
 def _deadline_error() -> OrchestratorError:
@@ -449,6 +467,6 @@ def _deadline_error() -> OrchestratorError:
 
 
 def error_event(error: OrchestratorError) -> bytes:
-    """The terminal SSE events for a stream that cannot go on: an OpenAI error, then [DONE]."""
-    _, body = openai_error(error)
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n" + _DONE_EVENT
+    """The terminal SSE events for a completions stream that cannot go on: an OpenAI error, then
+    [DONE]. (A relay's own `error_event` answers in its stream's framing.)"""
+    return COMPLETIONS_FRAMING.error_event(error)

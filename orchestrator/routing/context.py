@@ -18,7 +18,9 @@ class RequestContext:
     `prompt_tokens` is an estimate (the router has no tokenizer); `max_tokens` is None when the
     client set no limit. `prefix_hash` hashes the start of the prompt (same start, same hash), or
     is None when the prompt is too short to be worth keeping together. `client_site` is a hint
-    from the client (header), None when unknown.
+    from the client (header), None when unknown. `stored_response_id` is the stored response the
+    request continues (Responses' `previous_response_id`); `replica_id` names the one replica
+    that can answer (the holder of that response); None lets routing choose.
     """
 
     model: str
@@ -28,3 +30,5 @@ class RequestContext:
     prefix_hash: int | None = None
     priority: Priority = Priority.INTERACTIVE
     client_site: str | None = None
+    stored_response_id: str | None = None
+    replica_id: str | None = None

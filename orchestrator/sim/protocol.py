@@ -111,6 +111,56 @@ class CompletionRequest(_Sampling):
         return None
 
 
+Effort = Literal["low", "medium", "high"]
+
+
+class ReasoningParam(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    effort: Effort | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """`POST /v1/responses`. `input` is text or a list of items (messages, function calls and
+    their outputs, reasoning); they are counted, not validated one by one, as the model reads
+    them whole. `seed`, `ignore_eos` and `min_tokens` are vLLM's sampling extras."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    input: str | Annotated[list[dict[str, Any]], Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: PosInt | None = None
+    stream: StrictBool | None = False
+    store: StrictBool | None = True
+    background: StrictBool | None = False
+    previous_response_id: str | None = None
+    reasoning: ReasoningParam | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: Temperature | None = None
+    top_p: Unit | None = None
+    seed: StrictInt | None = None
+    ignore_eos: StrictBool = False
+    min_tokens: NonNegInt = 0
+    user: str | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's `/tokenize`: a `prompt`, or chat `messages` rendered with the chat template."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
+    add_special_tokens: StrictBool = True
+    return_token_strs: StrictBool | None = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    tokens: list[Annotated[StrictInt, Field(ge=0)]]
+
+
 def _describe(error: ValidationError) -> tuple[str, str | None]:
     first = error.errors()[0]
     location = ".".join(str(part) for part in first["loc"] if not str(part).startswith("function"))

@@ -1,9 +1,13 @@
 """The simulated replica's HTTP server: vLLM's OpenAI API, health and metrics, on aiohttp.
 
-Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not), `/v1/models`, `/health`,
-`/version`, `/get_model_info` and `/get_server_info` (what SGLang workers answer, so the SGLang
-router accepts this replica), `/metrics`. Every error is an OpenAI-style JSON body; no traceback
-ever reaches a client, and a client that goes away cancels its request in the engine.
+Routes: `/v1/chat/completions`, `/v1/completions` (SSE streaming or not), the Responses API
+(`/v1/responses` and its stored responses, `responses.py`), `/tokenize`, `/detokenize`,
+`/v1/models`, `/health`, `/version`, `/get_model_info` and `/get_server_info` (what SGLang
+workers answer, so the SGLang router accepts this replica), `/metrics`. A chat that names a
+`reasoning_effort` gets gpt-oss's reasoning (`reasoning` in the message and its deltas) before
+its answer; with `tools`, a turn that calls for one answers with `tool_calls`. Every error is an
+OpenAI-style JSON body; no traceback ever reaches a client, and a client that goes away cancels
+its request in the engine.
 """
 
 from __future__ import annotations
@@ -28,13 +32,25 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
 from orchestrator.fleet.workload import WorkloadSampler
 from orchestrator.sim.batcher import SimRequest
+from orchestrator.sim.body import check_model, json_body
 from orchestrator.sim.live import LiveEngine
-from orchestrator.sim.protocol import ChatCompletionRequest, CompletionRequest, parse_body
-from orchestrator.sim.text import TextWriter, chat_prompt_tokens, text_tokens
+from orchestrator.sim.planning import Limits, OutputStream, Pieces, Plan, ToolCall, plan_request
+from orchestrator.sim.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    parse_body,
+)
+from orchestrator.sim.responses import ResponsesApi
+from orchestrator.sim.text import chat_prompt_tokens, text_tokens
+from orchestrator.sim.tokens import decode, encode, encode_chat
+from orchestrator.sim.tools import FunctionTool, chosen_tool, function_tools
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+USER_ROLES: Final = frozenset({"user", "system", "developer"})  # a turn that asks, not answers
 SSE_HEADERS: Final = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
@@ -51,17 +67,6 @@ class ServerInfo:
     max_model_len: int
     time_scale: float
     seed: int
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """How a validated request will play out: lengths, its end, and where its text is cut."""
-
-    prompt_tokens: int
-    output_tokens: int
-    finish_reason: str
-    text_seed: int
-    keep_chars: int | None
 
 
 ENGINE: Final = web.AppKey("engine", LiveEngine)
@@ -105,76 +110,6 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(OrchestratorError(ErrorCode.INTERNAL, "internal server error"))
 
 
-async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, overlong ints, deep nesting
-        raise OrchestratorError(ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}") from None
-
-
-def _check_model(info: ServerInfo, model: str | None) -> str:
-    if model is not None and model != info.model_name:
-        raise OrchestratorError(
-            ErrorCode.NOT_FOUND, f"The model `{model}` does not exist.", param="model"
-        )
-    return info.model_name
-
-
-def plan_request(
-    app: web.Application,
-    prompt_tokens: int,
-    body: ChatCompletionRequest | CompletionRequest,
-) -> Plan:
-    """Apply vLLM's length rules, draw the natural length, and find the first stop string."""
-    info = app[INFO]
-    limit = info.max_model_len
-    requested = body.token_limit
-    if prompt_tokens + (requested or 0) > limit or prompt_tokens >= limit:
-        raise OrchestratorError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_tokens + (requested or 0)} tokens ({prompt_tokens} in the prompt, "
-            f"{requested or 0} for the completion). Please reduce the length of the prompt or "
-            "completion.",
-            param="messages" if isinstance(body, ChatCompletionRequest) else "prompt",
-        )
-    max_tokens = requested or limit - prompt_tokens
-    seed = body.seed if body.seed is not None else app[SEEDS].getrandbits(63)
-    rng = random.Random(seed)
-    if body.ignore_eos:
-        natural = max_tokens
-    else:
-        natural = max(body.min_tokens, app[SAMPLER].output_length(rng), 1)
-    output = min(max_tokens, natural)
-    reason = "stop" if natural < max_tokens else "length"
-    text_seed = rng.getrandbits(63)
-    keep_chars = None
-    stop = TextWriter(text_seed).first_stop(body.stops, output) if body.stops else None
-    if stop is not None and stop[0] >= body.min_tokens:
-        output, keep_chars = stop
-        reason = "stop"
-    return Plan(prompt_tokens, output, reason, text_seed, keep_chars)
-
-
-class TextStream:
-    """Hands out the text of a growing token count, cut before a stop string if there is one."""
-
-    def __init__(self, plan: Plan) -> None:
-        self._writer = TextWriter(plan.text_seed)
-        self._keep = plan.keep_chars
-        self._tokens = 0
-        self._chars = 0
-
-    def advance(self, count: int) -> str:
-        text = "".join(self._writer.tokens(self._tokens, count))
-        self._tokens = max(self._tokens, count)
-        if self._keep is not None:
-            text = text[: max(0, self._keep - self._chars)]
-        self._chars += len(text)
-        return text
-
-
 def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
@@ -187,6 +122,34 @@ def _usage(plan: Plan) -> dict[str, int]:
     }
 
 
+def request_plan(
+    app: web.Application,
+    prompt_tokens: int,
+    limits: Limits,
+    *,
+    param: str,
+    tool: FunctionTool | None = None,
+) -> Plan:
+    """`plan_request` with this replica's context length, length sampler and seeds."""
+    return plan_request(
+        prompt_tokens=prompt_tokens,
+        limits=limits,
+        max_model_len=app[INFO].max_model_len,
+        sampler=app[SAMPLER],
+        seeds=app[SEEDS],
+        param=param,
+        tool=tool,
+    )
+
+
+def _tool_call_entry(call: ToolCall, call_id: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
 class _Completion:
     """The shape differences between chat and text completions, in one place each."""
 
@@ -194,6 +157,7 @@ class _Completion:
         self.chat = chat
         self.model = model
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.call_id = "chatcmpl-tool-" + uuid.uuid4().hex
         self.created = int(time.time())
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -205,11 +169,18 @@ class _Completion:
             "choices": choices,
         }
 
-    def whole(self, text: str, plan: Plan) -> dict[str, Any]:
+    def whole(self, pieces: Pieces, plan: Plan) -> dict[str, Any]:
         if self.chat:
+            call = plan.tool_call
+            message = {
+                "role": "assistant",
+                "content": None if call is not None else pieces.content,
+                "reasoning": pieces.reasoning or None,
+                "tool_calls": [] if call is None else [_tool_call_entry(call, self.call_id)],
+            }
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": plan.finish_reason,
             }
@@ -217,7 +188,7 @@ class _Completion:
         else:
             choice = {
                 "index": 0,
-                "text": text,
+                "text": pieces.reasoning + pieces.content,
                 "logprobs": None,
                 "finish_reason": plan.finish_reason,
             }
@@ -226,15 +197,29 @@ class _Completion:
         return body
 
     def chunk(
-        self, text: str | None, finish_reason: str | None, first: bool = False
+        self,
+        pieces: Pieces,
+        finish_reason: str | None,
+        *,
+        first: bool = False,
+        call: ToolCall | None = None,
     ) -> dict[str, Any]:
+        """One streamed chunk; `call` set opens the function call (its name, empty arguments)."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-            if text:
-                delta["content"] = text
+            if pieces.reasoning:
+                delta["reasoning"] = pieces.reasoning
+            if pieces.content:
+                delta["content"] = pieces.content
+            if call is not None:
+                opened = _tool_call_entry(ToolCall(call.name, ""), self.call_id)
+                delta["tool_calls"] = [{"index": 0, **opened}]
+            elif pieces.arguments:
+                delta["tool_calls"] = [{"index": 0, "function": {"arguments": pieces.arguments}}]
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        text = pieces.reasoning + pieces.content
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         return self._envelope("text_completion", [choice])
 
     def usage_chunk(self, plan: Plan) -> dict[str, Any]:
@@ -246,21 +231,20 @@ class _Completion:
 async def _generate(
     request: web.Request,
     body: ChatCompletionRequest | CompletionRequest,
-    prompt_tokens: int,
+    plan: Plan,
     chat: bool,
 ) -> web.StreamResponse:
     app = request.app
-    model = _check_model(app[INFO], body.model)
-    plan = plan_request(app, prompt_tokens, body)
+    model = app[INFO].model_name
     engine = app[ENGINE]
     sim = engine.submit(plan.prompt_tokens, plan.output_tokens, plan.finish_reason)
     shape = _Completion(chat, model)
-    text = TextStream(plan)
+    output = OutputStream(plan)
     try:
         if not body.stream:
             await engine.wait_finished(sim)
-            return web.json_response(shape.whole(text.advance(plan.output_tokens), plan))
-        return await _stream(request, engine, sim, shape, text, plan, body)
+            return web.json_response(shape.whole(output.whole(), plan))
+        return await _stream(request, engine, sim, shape, output, plan, body)
     finally:
         engine.abort(sim)  # a no-op once finished; frees the KV of a vanished client
 
@@ -270,14 +254,14 @@ async def _stream(
     engine: LiveEngine,
     sim: SimRequest,
     shape: _Completion,
-    text: TextStream,
+    output: OutputStream,
     plan: Plan,
     body: ChatCompletionRequest | CompletionRequest,
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     with contextlib.suppress(ConnectionResetError):  # the client left; the caller aborts
-        await _write_events(response, engine, sim, shape, text, plan, body)
+        await _write_events(response, engine, sim, shape, output, plan, body)
     return response
 
 
@@ -286,38 +270,99 @@ async def _write_events(
     engine: LiveEngine,
     sim: SimRequest,
     shape: _Completion,
-    text: TextStream,
+    output: OutputStream,
     plan: Plan,
     body: ChatCompletionRequest | CompletionRequest,
 ) -> None:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     first = shape.chat
+    call_pending = plan.tool_call
     async for count in engine.token_counts(sim):
         last = count >= plan.output_tokens
-        piece = text.advance(count)
-        if first or piece or last:
-            await response.write(_sse(shape.chunk(piece, None, first=first)))
+        pieces = output.advance(count)
+        opens = call_pending if call_pending is not None and pieces.arguments else None
+        if opens is not None:  # the call's name goes first, then its arguments as they grow
+            await response.write(
+                _sse(shape.chunk(Pieces(reasoning=pieces.reasoning), None, first=first, call=opens))
+            )
+            pieces, first, call_pending = Pieces(arguments=pieces.arguments), False, None
+        if first or pieces.reasoning or pieces.content or pieces.arguments or last:
+            await response.write(_sse(shape.chunk(pieces, None, first=first)))
             first = False
         if last:
             break
-    await response.write(_sse(shape.chunk(None, plan.finish_reason)))
+    await response.write(_sse(shape.chunk(Pieces(), plan.finish_reason)))
     if include_usage:
         await response.write(_sse(shape.usage_chunk(plan)))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
 
 
+def _chat_tool(body: ChatCompletionRequest) -> FunctionTool | None:
+    tools = function_tools(body.tools, chat=True)
+    last_role = body.messages[-1].role
+    return chosen_tool(tools, body.tool_choice, user_turn_last=last_role in USER_ROLES)
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    body = parse_body(ChatCompletionRequest, await _json_body(request))
+    body = parse_body(ChatCompletionRequest, await json_body(request))
+    check_model(request.app[INFO].model_name, body.model)
     prompt_tokens = chat_prompt_tokens([m.text() for m in body.messages])
-    return await _generate(request, body, prompt_tokens, chat=True)
+    limits = Limits(
+        body.token_limit,
+        body.seed,
+        body.ignore_eos,
+        body.min_tokens,
+        body.stops,
+        body.reasoning_effort,
+    )
+    plan = request_plan(request.app, prompt_tokens, limits, param="messages", tool=_chat_tool(body))
+    return await _generate(request, body, plan, chat=True)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    body = parse_body(CompletionRequest, await _json_body(request))
+    body = parse_body(CompletionRequest, await json_body(request))
+    check_model(request.app[INFO].model_name, body.model)
     text = body.prompt_text()
     prompt_tokens = len(body.prompt) if text is None else max(1, text_tokens(text))
-    return await _generate(request, body, prompt_tokens, chat=False)
+    limits = Limits(body.token_limit, body.seed, body.ignore_eos, body.min_tokens, body.stops)
+    plan = request_plan(request.app, prompt_tokens, limits, param="prompt")
+    return await _generate(request, body, plan, chat=False)
+
+
+def _tokenized(info: ServerInfo, ids: list[int], strs: bool) -> web.Response:
+    return web.json_response(
+        {
+            "count": len(ids),
+            "max_model_len": info.max_model_len,
+            "tokens": ids,
+            "token_strs": [decode([i]) for i in ids] if strs else None,
+        }
+    )
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's `/tokenize`: a `prompt`, or `messages` through the chat template (`tokens.py`)."""
+    info = request.app[INFO]
+    body = parse_body(TokenizeRequest, await json_body(request))
+    check_model(info.model_name, body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            "give exactly one of `prompt` and `messages`",
+            param="prompt",
+        )
+    if body.messages is not None:
+        ids = encode_chat([(m.role, m.text()) for m in body.messages])
+    else:
+        ids = encode(body.prompt or "")
+    return _tokenized(info, ids, bool(body.return_token_strs))
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    body = parse_body(DetokenizeRequest, await json_body(request))
+    check_model(request.app[INFO].model_name, body.model)
+    return web.json_response({"prompt": decode(body.tokens)})
 
 
 async def models(request: web.Request) -> web.Response:
@@ -394,6 +439,15 @@ def create_app(engine: LiveEngine, info: ServerInfo) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    ResponsesApi(
+        engine,
+        model_name=info.model_name,
+        max_model_len=info.max_model_len,
+        sampler=app[SAMPLER],
+        seeds=app[SEEDS],
+    ).add_routes(app)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/get_model_info", model_info)

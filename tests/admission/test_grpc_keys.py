@@ -136,6 +136,12 @@ CALLS: dict[str, Callable[[pb_grpc.RouterServiceStub, tuple[tuple[str, str], ...
     "ListModels": lambda stub, metadata: stub.ListModels(
         pb.ListModelsRequest(), metadata=metadata, timeout=10
     ),
+    "CreateResponse": lambda stub, metadata: list(
+        stub.CreateResponse(pb.CreateResponseRequest(), metadata=metadata, timeout=10)
+    ),
+    "GetResponse": lambda stub, metadata: stub.GetResponse(
+        pb.GetResponseRequest(), metadata=metadata, timeout=10
+    ),
 }
 
 
@@ -160,7 +166,7 @@ def test_every_router_service_call_without_an_accepted_key_is_unauthenticated(
             assert "authorization: Bearer <key>" in (refused.details() or "")
             assert WRONG not in (refused.details() or "") and BRAVO not in (refused.details() or "")
     assert router.metric("orchestrator_router_requests_total", frontend="grpc",
-                         code="UNAUTHENTICATED") == 2 * len(refused_metadata)  # fmt: skip
+                         code="UNAUTHENTICATED") == len(CALLS) * len(refused_metadata)  # fmt: skip
     assert router.metric("orchestrator_router_key_requests_total") == 0  # nothing reached a key
 
 

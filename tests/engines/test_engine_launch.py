@@ -29,27 +29,62 @@ def _flag(argv: tuple[str, ...], flag: str) -> str:
     return argv[positions[-1] + 1]
 
 
-def test_vllm_serves_gpt_oss_on_one_gpu_with_the_rocm_recipe_flags() -> None:
-    argv = adapter_for("vllm").launch_command(_spec()).argv
+def test_vllm_serves_gpt_oss_on_one_gpu_with_the_current_rocm_recipe_flags() -> None:
+    argv = adapter_for("vllm").launch_command(_spec(generation=Generation.MI300X)).argv
 
     assert argv[:3] == ("vllm", "serve", MODEL)
+    assert "--served-model-name" not in argv
     assert _flag(argv, "--host") == "10.0.0.7"
     assert _flag(argv, "--port") == "8100"
     assert _flag(argv, "--tensor-parallel-size") == "1"
     assert _flag(argv, "--kv-cache-dtype") == "fp8"
     assert _flag(argv, "--max-model-len") == "131072"
-    assert _flag(argv, "--gpu-memory-utilization") == "0.9"
+    assert _flag(argv, "--attention-backend") == "ROCM_AITER_UNIFIED_ATTN"
+    assert _flag(argv, "--gpu-memory-utilization") == "0.95"
+    assert _flag(argv, "--block-size") == "64"
 
 
-def test_vllm_environment_pins_the_gpu_and_turns_on_aiter_unified_attention() -> None:
+def test_vllm_on_mi355x_serves_amds_mxfp4_checkpoint_under_the_published_name() -> None:
+    argv = adapter_for("vllm").launch_command(_spec()).argv
+
+    assert argv[:3] == ("vllm", "serve", "amd/gpt-oss-120b-w-mxfp4-a-fp8")
+    assert _flag(argv, "--served-model-name") == MODEL
+    other = adapter_for("vllm").launch_command(_spec(model="my/finetune")).argv
+    assert other[2] == "my/finetune" and "--served-model-name" not in other
+
+
+@pytest.mark.parametrize("version", [None, "0.17.0", "0.18.1rc2", "0.10.1"])
+def test_every_vllm_version_gets_the_tool_call_flags_responses_and_chat_tools_need(
+    version: str | None,
+) -> None:
+    argv = adapter_for("vllm").launch_command(_spec(engine_version=version)).argv
+
+    assert _flag(argv, "--tool-call-parser") == "openai"
+    assert "--enable-auto-tool-choice" in argv
+
+
+def test_vllm_environment_pins_the_gpu_and_turns_on_aiter() -> None:
     env = adapter_for("vllm").launch_command(_spec(gpu_indices=(5,))).env
 
-    assert dict(env) == {
+    assert dict(env) == {"HIP_VISIBLE_DEVICES": "5", "VLLM_ROCM_USE_AITER": "1"}
+
+
+def test_vllm_before_0_17_gets_the_2025_rocm_recipe() -> None:
+    command = adapter_for("vllm").launch_command(_spec(gpu_indices=(5,), engine_version="0.10.1"))
+
+    assert dict(command.env) == {
         "HIP_VISIBLE_DEVICES": "5",
         "VLLM_ROCM_USE_AITER": "1",
         "VLLM_USE_AITER_UNIFIED_ATTENTION": "1",
         "VLLM_ROCM_USE_AITER_MHA": "0",
     }
+    assert "--attention-backend" not in command.argv
+    assert _flag(command.argv, "--gpu-memory-utilization") == "0.9"
+
+
+def test_a_malformed_engine_version_is_refused() -> None:
+    with pytest.raises(ValueError, match="engine_version"):
+        _spec(engine_version="latest")
 
 
 def test_sglang_serves_gpt_oss_on_one_gpu_with_fp8_kv_cache_and_metrics_on() -> None:

@@ -636,3 +636,125 @@ def test_fuzzed_requests_get_clean_answers_and_the_server_stays_healthy(
     assert seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > 500, seen
     assert router.health_status() == health_pb2.HealthCheckResponse.SERVING
     assert generate(router, chat(max_tokens=2))[-1].finish_reason
+
+
+# -- the Responses API ----------------------------------------------------------------------------
+
+
+def create_response(router: GrpcRouter, **body: Any) -> list[pb.ResponseEvent]:
+    request = pb.CreateResponseRequest(request_json=json.dumps({"model": MODEL, **body}))
+    return list(router.stub.CreateResponse(request, timeout=30))
+
+
+def test_create_response_streams_typed_events_ending_with_usage(router: GrpcRouter) -> None:
+    events = create_response(router, input="Say hello.", reasoning={"effort": "medium"})
+
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "response.reasoning_text.delta" in kinds
+    assert events[0].replica.id == "mi355x-0" and not events[1].HasField("replica")
+    deltas = [json.loads(e.event_json) for e in events if e.type == "response.output_text.delta"]
+    final = json.loads(events[-1].event_json)["response"]
+    assert "".join(d["delta"] for d in deltas) == final["output"][-1]["content"][0]["text"]
+    assert events[-1].usage.completion_tokens == final["usage"]["output_tokens"] > 0
+
+
+def test_a_stored_response_is_continued_retrieved_and_refused_cancel_over_grpc(
+    router: GrpcRouter,
+) -> None:
+    first = create_response(router, input="Remember this.", max_output_tokens=6)
+    response_id = json.loads(first[0].event_json)["response"]["id"]
+    follow = create_response(router, input="And then?", previous_response_id=response_id)
+    assert json.loads(follow[-1].event_json)["response"]["previous_response_id"] == response_id
+
+    stored = router.stub.GetResponse(pb.GetResponseRequest(id=response_id), timeout=10)
+    assert json.loads(stored.response_json)["id"] == response_id
+    assert stored.replica.id == "mi355x-0"
+    with pytest.raises(grpc.RpcError) as refused:
+        router.stub.GetResponse(pb.GetResponseRequest(id=response_id, cancel=True), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("request_json", "code"),
+    [
+        ("{not json", grpc.StatusCode.INVALID_ARGUMENT),
+        ('{"model": "openai/gpt-oss-120b"}', grpc.StatusCode.INVALID_ARGUMENT),
+        ('{"model": "nope", "input": "x"}', grpc.StatusCode.NOT_FOUND),
+        (
+            '{"model": "openai/gpt-oss-120b", "input": "x", "previous_response_id": "resp_gone"}',
+            grpc.StatusCode.NOT_FOUND,
+        ),
+    ],
+)
+def test_bad_create_response_requests_get_status_codes(
+    router: GrpcRouter, request_json: str, code: grpc.StatusCode
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        list(router.stub.CreateResponse(pb.CreateResponseRequest(request_json=request_json)))
+    assert caught.value.code() == code
+
+
+def test_an_unknown_stored_response_is_not_found(router: GrpcRouter) -> None:
+    for response_id in ("resp_unknown", "bad id"):
+        with pytest.raises(grpc.RpcError) as caught:
+            router.stub.GetResponse(pb.GetResponseRequest(id=response_id), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+response_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.sampled_from([MODEL, "nope", 3]),
+        "input": st.text(max_size=60)
+        | st.lists(
+            st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=20)}),
+            max_size=2,
+        )
+        | st.integers(),
+        "max_output_tokens": st.integers(min_value=-2, max_value=8) | st.just("8"),
+        "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high", "x"])}),
+        "previous_response_id": st.sampled_from(["resp_gone", "a b", 7]),
+        "stream": st.booleans(),
+    },
+)
+
+
+sane_response_bodies = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "input": st.text(max_size=60),
+        "max_output_tokens": st.integers(min_value=1, max_value=32),
+    },
+    optional={"reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high"])})},
+)
+
+
+def test_any_create_response_request_gets_events_or_a_clean_status(router: GrpcRouter) -> None:
+    seen: dict[grpc.StatusCode, int] = {}
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(
+        st.one_of(
+            sane_response_bodies.map(json.dumps),
+            response_bodies.map(json.dumps),
+            st.text(max_size=20),
+        )
+    )
+    def answer_is_clean(request_json: str) -> None:
+        request = pb.CreateResponseRequest(request_json=request_json)
+        try:
+            events = list(router.stub.CreateResponse(request, timeout=20))
+        except grpc.RpcError as error:
+            code = error.code()
+            assert code in EXPECTED, (code, error.details(), request_json)
+            assert error.details()
+        else:
+            code = grpc.StatusCode.OK
+            assert events[-1].type in ("response.completed", "response.incomplete")
+            assert events[-1].HasField("usage")
+        seen[code] = seen.get(code, 0) + 1
+
+    answer_is_clean()
+    assert seen.get(grpc.StatusCode.OK, 0) > 20 and seen.get(grpc.StatusCode.INVALID_ARGUMENT, 0)
+    assert router.health_status() == health_pb2.HealthCheckResponse.SERVING

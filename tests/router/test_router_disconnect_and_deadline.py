@@ -160,6 +160,35 @@ def test_a_stream_still_running_at_its_deadline_ends_with_an_error_event(
     assert wait_until(lambda: settled(router, real_time_replica), FREED_WITHIN_S)
 
 
+def test_a_streamed_response_at_its_deadline_ends_with_an_error_event_in_its_framing(
+    router: RouterThread, real_time_replica: ReplicaThread
+) -> None:
+    before = aborted(real_time_replica)
+    host, port = router.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = {"model": MODEL, "input": "Tell me everything.", "max_output_tokens": 5000,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    connection.request(
+        "POST", "/v1/responses", body=json.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    response = connection.getresponse()
+    blocks = [b for b in response.read().split(b"\n\n") if b]
+    connection.close()
+
+    assert response.status == 200
+    events = [block.split(b"\n") for block in blocks]
+    assert all(kind.startswith(b"event: ") and data.startswith(b"data: ") for kind, data in events)
+    *streamed, (kind, data) = events
+    error = json.loads(data.removeprefix(b"data: "))
+    assert kind == b"event: error" and error["type"] == "error"
+    assert error["code"] == "deadline_exceeded" and error["message"]
+    last = json.loads(streamed[-1][1].removeprefix(b"data: "))
+    assert error["sequence_number"] == last["sequence_number"] + 1
+    assert len(streamed) > 10 and b"[DONE]" not in b"".join(blocks)
+    assert wait_until(lambda: aborted(real_time_replica) == before + 1, FREED_WITHIN_S)
+    assert wait_until(lambda: settled(router, real_time_replica), FREED_WITHIN_S)
+
+
 def test_a_client_that_hangs_up_as_soon_as_it_reads_done_was_answered() -> None:
     """As the official client does: it stops reading at [DONE] and closes, while the replica
     has yet to end its body."""

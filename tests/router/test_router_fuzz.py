@@ -193,3 +193,132 @@ def test_every_body_gets_a_well_formed_answer_below_500_and_the_router_stays_hea
         assert stats is not None
         assert stats.in_flight == 0 and not stats.circuit_open
         assert stats.started_total == stats.finished_total
+
+
+# -- the Responses API and the tokenizer routes ---------------------------------------------------
+
+RESPONSES = "/v1/responses"
+RESPONSES_EXAMPLES = 300
+RESPONSES_KEYS = (
+    "model", "input", "instructions", "max_output_tokens", "stream", "priority", "reasoning",
+    "previous_response_id", "tools", "tool_choice", "store", "background", "ignore_eos",
+)  # fmt: skip
+response_inputs = st.text(max_size=300) | st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant"]), "content": st.text(max_size=80)}
+    )
+    | st.fixed_dictionaries(
+        {
+            "type": st.just("function_call_output"),
+            "call_id": st.text(max_size=6),
+            "output": st.text(),
+        }
+    ),
+    min_size=1,
+    max_size=3,
+)
+valid_responses = st.fixed_dictionaries(
+    {"input": response_inputs, "max_output_tokens": st.integers(min_value=1, max_value=8)},
+    optional={
+        "model": st.sampled_from([MODEL, "gpt-4o"]),
+        "stream": st.booleans(),
+        "priority": st.sampled_from(["interactive", "batch", "later"]),
+        "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high", "max"])}),
+        "previous_response_id": st.sampled_from(["resp_nothere", "../etc", 5, ""]),
+        "tool_choice": st.sampled_from(["auto", "none", "required"]),
+        "seed": st.integers(min_value=0, max_value=2**32),
+    },
+)
+
+
+def no_long_responses(body: Any) -> Any:
+    if isinstance(body, dict):
+        limit = body.get("max_output_tokens")
+        if not (type(limit) is int and 0 < limit <= 16):
+            drop = ("ignore_eos", "min_tokens", "background")
+            body = {k: v for k, v in body.items() if k not in drop}
+    return body
+
+
+responses_bodies = st.one_of(
+    st.one_of(
+        valid_responses,
+        valid_responses,
+        st.tuples(
+            valid_responses, st.dictionaries(st.sampled_from(RESPONSES_KEYS), json_values)
+        ).map(lambda parts: {**parts[0], **parts[1]}),
+        json_values,
+    )
+    .map(no_long_responses)
+    .map(lambda body: json.dumps(body).encode()),
+    st.binary(max_size=48),
+)
+tokenizer_bodies = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "model": st.sampled_from([MODEL, "other"]) | json_values,
+            "prompt": st.text(max_size=200) | json_values,
+            "messages": messages | json_values,
+            "tokens": st.lists(st.integers(min_value=-5, max_value=2**40), max_size=20)
+            | json_values,
+        },
+    ).map(lambda body: json.dumps(body).encode()),
+    st.binary(max_size=48),
+)
+
+
+def check_response(status: int, content_type: str, data: bytes) -> None:
+    assert status < 500, data
+    if status != 200:
+        check(status, content_type, data)
+        return
+    if content_type.startswith("text/event-stream"):
+        assert b"data: [DONE]" not in data and b"event: error\n" not in data
+        last = data.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith((b"event: response.completed\n", b"event: response.incomplete\n"))
+    else:
+        body = json.loads(data)
+        assert body["object"] == "response"
+        assert body["status"] == "queued" or body["usage"]["output_tokens"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("path", "strategy", "checker"),
+    [
+        (RESPONSES, responses_bodies, check_response),
+        ("/tokenize", tokenizer_bodies, check),
+        ("/detokenize", tokenizer_bodies, check),
+    ],
+    ids=["responses", "tokenize", "detokenize"],
+)
+def test_every_responses_and_tokenizer_body_gets_a_well_formed_answer(
+    router: RouterThread, path: str, strategy: st.SearchStrategy[bytes], checker: Any
+) -> None:
+    client = KeepAlive(router.url)
+    statuses: set[int] = set()
+
+    @settings(FUZZ_SETTINGS, max_examples=RESPONSES_EXAMPLES)
+    @given(raw=strategy, extra=headers)
+    def answers_well(raw: bytes, extra: dict[str, str]) -> None:
+        status, content_type, data = client.post(
+            path, raw, {"Content-Type": "application/json", **extra}
+        )
+        statuses.add(status)
+        if status == 200 and path != RESPONSES:
+            assert json.loads(data)  # the replica's tokenizer answer, passed through
+            return
+        checker(status, content_type, data)
+
+    try:
+        answers_well()
+    finally:
+        client.close()
+
+    assert {200, 400} <= statuses
+    assert get_status(f"{router.url}/ready") == 200
+    for replica_id in ("a", "b"):
+        stats = router.service.fleet.stats(replica_id)
+        assert stats is not None and stats.in_flight == 0 and not stats.circuit_open

@@ -20,7 +20,9 @@ from orchestrator.sim.replica import ReplicaSettings
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
+RESPONSES = "/v1/responses"
 EXAMPLES_PER_ENDPOINT = 2000
+RESPONSES_EXAMPLES = 300
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES_PER_ENDPOINT,
     deadline=None,
@@ -210,8 +212,12 @@ def check_whole(answer: Answer, chat: bool) -> None:
     assert body["object"] == ("chat.completion" if chat else "text_completion")
     assert body["model"] == MODEL_NAME
     [choice] = body["choices"]
-    assert choice["finish_reason"] in ("stop", "length")
+    assert choice["finish_reason"] in ("stop", "length", "tool_calls")
     text = choice["message"]["content"] if chat else choice["text"]
+    if choice["finish_reason"] == "tool_calls":
+        [call] = choice["message"]["tool_calls"]
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+        text = ""
     assert isinstance(text, str)
     check_usage(body["usage"])
     assert len(text.split()) <= body["usage"]["completion_tokens"]
@@ -225,9 +231,91 @@ def check_stream(answer: Answer, chat: bool) -> None:
     kind = "chat.completion.chunk" if chat else "text_completion"
     assert all(p["object"] == kind for p in payloads)
     finishes = [c["finish_reason"] for p in payloads for c in p["choices"] if c["finish_reason"]]
-    assert len(finishes) == 1 and finishes[0] in ("stop", "length")
+    assert len(finishes) == 1 and finishes[0] in ("stop", "length", "tool_calls")
     if payloads[-1]["choices"] == []:
         check_usage(payloads[-1]["usage"])
+
+
+RESPONSES_KEYS = (
+    "model", "input", "instructions", "max_output_tokens", "stream", "store", "background",
+    "previous_response_id", "reasoning", "tools", "tool_choice", "seed", "ignore_eos",
+    "min_tokens", "temperature", "top_p",
+)  # fmt: skip
+RESPONSES_TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object",
+                  "properties": {"q": {"type": "string"}}}}  # fmt: skip
+response_items = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=30)}
+    )
+    | st.fixed_dictionaries(
+        {
+            "type": st.just("function_call_output"),
+            "call_id": st.text(max_size=8),
+            "output": st.text(max_size=20),
+        }
+    ),
+    min_size=1,
+    max_size=3,
+)
+valid_responses = st.fixed_dictionaries(
+    {"input": st.text(max_size=60) | response_items},
+    optional={
+        "model": st.sampled_from([MODEL_NAME, None]),
+        "max_output_tokens": st.integers(min_value=1, max_value=16),
+        "stream": st.booleans(),
+        "store": st.booleans(),
+        "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "medium", "high"])}),
+        "tools": st.just([RESPONSES_TOOL]),
+        "tool_choice": st.sampled_from(["auto", "none", "required"]),
+        "seed": st.integers(min_value=0, max_value=2**63),
+    },
+)
+
+
+def bounded_response(body: Any) -> Any:
+    """As `bounded_length`: no forced long generation (nor a background one) without a short
+    `max_output_tokens`."""
+    if not isinstance(body, dict):
+        return body
+    limit = body.get("max_output_tokens")
+    if type(limit) is int and limit <= SHORT:
+        return body
+    return {k: v for k, v in body.items() if k not in ("ignore_eos", "min_tokens", "background")}
+
+
+one_wrong_response = merged(
+    valid_responses, st.dictionaries(st.sampled_from(RESPONSES_KEYS), json_values, min_size=1)
+)
+responses_bodies = st.one_of(
+    st.one_of(valid_responses, valid_responses, one_wrong_response, json_values)
+    .map(bounded_response)
+    .map(lambda body: json.dumps(body).encode()),
+    st.binary(max_size=64),
+)
+
+
+def check_response(answer: Answer, raw: bytes) -> None:
+    assert answer.status < 500, answer.data
+    if answer.status != 200:
+        check_error(answer)
+        return
+    if not json.loads(raw).get("stream"):
+        body = json.loads(answer.data)
+        assert body["object"] == "response"
+        assert body["status"] in ("completed", "incomplete", "queued")
+        return
+    assert answer.content_type.startswith("text/event-stream")
+    blocks = answer.data.decode().split("\n\n")
+    assert blocks[-1] == ""
+    events = []
+    for block in blocks[:-1]:
+        kind, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {event['type']}"
+        events.append(event)
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
 def check_answer(answer: Answer, raw: bytes, chat: bool) -> None:
@@ -279,6 +367,29 @@ def test_every_body_gets_a_well_formed_answer_below_500_and_the_replica_ends_idl
         answer = client.post(path, raw)
         statuses.add(answer.status)
         check_answer(answer, raw, chat=path == CHAT)
+
+    try:
+        answers_well()
+    finally:
+        client.close()
+
+    assert {200, 400} <= statuses
+    assert health(server) == 200
+    assert wait_until(lambda: engine_is_idle(server), timeout_s=2.0)
+
+
+def test_every_responses_body_gets_a_well_formed_answer_and_the_replica_ends_idle(
+    server: ReplicaThread,
+) -> None:
+    client = KeepAlive(server.url)
+    statuses: set[int] = set()
+
+    @settings(FUZZ_SETTINGS, max_examples=RESPONSES_EXAMPLES)
+    @given(raw=responses_bodies)
+    def answers_well(raw: bytes) -> None:
+        answer = client.post(RESPONSES, raw)
+        statuses.add(answer.status)
+        check_response(answer, raw)
 
     try:
         answers_well()

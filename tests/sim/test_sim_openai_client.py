@@ -195,32 +195,6 @@ def test_a_stop_string_ends_generation_and_never_appears_in_the_output(
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
-def test_gpt_oss_reasoning_effort_and_tools_are_accepted(client: openai.OpenAI) -> None:
-    weather_tool = {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather at a site.",
-            "parameters": {
-                "type": "object",
-                "properties": {"site": {"type": "string"}},
-                "required": ["site"],
-            },
-        },
-    }
-
-    reply = client.chat.completions.create(
-        model=MODEL_NAME,
-        messages=HELLO,
-        max_tokens=8,
-        reasoning_effort="high",
-        tools=[weather_tool],
-        tool_choice="auto",
-    )
-
-    assert reply.choices[0].message.content
-
-
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as response:
         assert response.headers["Content-Type"].startswith("application/json")

@@ -190,3 +190,25 @@ def test_round_robin_spreads_requests_evenly_over_both_replicas(fleet: RoutedFle
 
     gained = [after - start for after, start in zip(served(fleet), before, strict=True)]
     assert gained == [4, 4]
+
+
+def test_a_responses_request_through_the_router_is_answered_whole_and_streamed(
+    fleet: RoutedFleet,
+) -> None:
+    client = openai.OpenAI(base_url=f"{fleet.router_url}/v1", api_key="unused", max_retries=0)
+
+    whole = client.responses.create(
+        model=fleet.model, input="Route me", max_output_tokens=4000, extra_body={"seed": 1}
+    )
+    events = list(
+        client.responses.create(
+            model=fleet.model, input="Route me", stream=True, store=False, extra_body={"seed": 2}
+        )
+    )
+
+    assert whole.object == "response" and whole.output_text
+    assert whole.usage is not None and whole.usage.output_tokens <= 4000
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == events[-1].response.output_text  # type: ignore[union-attr]

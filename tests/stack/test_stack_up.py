@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import yaml
 from listening_sockets import is_loopback, listening_addresses
 
 from orchestrator.config import default_config_text
+from orchestrator.fleet.figures import load_figures
+from orchestrator.fleet.workload import WorkloadSampler
 
 pytestmark = pytest.mark.slow
 ORCHESTRATOR = [sys.executable, "-m", "orchestrator"]
@@ -255,6 +259,46 @@ def test_unknown_pools_are_named_and_exit_2(stack: Stack) -> None:
         result = orchestrator(*args, "--control-plane", stack.control_plane)
         assert result.returncode == 2
         assert "'nope'" in result.stderr and "kr-mi300x" in result.stderr
+
+
+def short_seed(most_tokens: int = 30) -> int:
+    """A seed whose drawn output length is short, so a replica ten times slower than hardware
+    still answers in seconds (the simulated engine draws lengths as `WorkloadSampler` does)."""
+    sampler = WorkloadSampler(load_figures().workload)
+    return next(s for s in range(10_000) if sampler.output_length(random.Random(s)) <= most_tokens)
+
+
+def test_a_responses_tool_round_trip_with_the_openai_client_stays_on_one_replica(
+    stack: Stack,
+) -> None:
+    client = openai.OpenAI(base_url=f"{stack.http}/v1", api_key="unused", max_retries=0)
+    tool = {"type": "function", "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"site": {"type": "string"}},
+                           "required": ["site"]}}  # fmt: skip
+    seed = {"seed": short_seed()}
+
+    first = client.responses.with_raw_response.create(
+        model=REQUEST["model"], input="Weather in Seoul?", tools=[tool], extra_body=seed
+    )
+    call = next(item for item in first.parse().output if item.type == "function_call")
+    assert "site" in json.loads(call.arguments)
+    events = list(
+        client.responses.create(
+            model=REQUEST["model"],
+            previous_response_id=first.parse().id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+            tools=[tool],
+            stream=True,
+            extra_body=seed,
+        )
+    )
+    final = events[-1].response  # type: ignore[union-attr]
+    assert events[-1].type == "response.completed" and final.output_text
+    assert final.usage is not None and final.usage.output_tokens_details.reasoning_tokens > 0
+    again = client.responses.with_raw_response.retrieve(final.id)
+    holder = first.headers["x-orchestrator-replica"]
+    assert again.headers["x-orchestrator-replica"] == holder
+    assert again.parse().output_text == final.output_text
 
 
 def test_requests_keep_succeeding_while_a_pool_scales_to_3_and_back_and_another_drains(

@@ -1,5 +1,8 @@
 """`orchestrator.router.v1.RouterService` over a `RouterService`: validate, dispatch, relay.
 
+CreateResponse is Generate's twin for the Responses API (`responses.py` translates), and
+GetResponse retrieves or cancels a stored response on the replica that holds it.
+
 A Generate call is one dispatcher call: the request becomes an OpenAI streaming request
 (`translate.py`), the dispatcher routes and forwards it, and the replica's SSE bytes come back as
 `GenerateResponse` messages. The deadline is the earlier of the router's and the client's. A client
@@ -18,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 import grpc
 
@@ -26,9 +29,12 @@ from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
 from orchestrator.admission.errors import Refused
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.records import Replica
 from orchestrator.forwarding.dispatcher import UpstreamReply
+from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.frontends.grpc.auth import caller_key
 from orchestrator.frontends.grpc.errors import error_from_reply, grpc_status
+from orchestrator.frontends.grpc.responses import ResponseEventStream, responses_upstream
 from orchestrator.frontends.grpc.translate import ResponseStream, to_upstream
 from orchestrator.router_service import RouterService
 
@@ -41,6 +47,12 @@ RETRY_AFTER_KEY: Final = "retry-after"
 
 GenerateContext: TypeAlias = grpc.aio.ServicerContext[pb.GenerateRequest, pb.GenerateResponse]
 ListModelsContext: TypeAlias = grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse]
+CreateResponseContext: TypeAlias = grpc.aio.ServicerContext[
+    pb.CreateResponseRequest, pb.ResponseEvent
+]
+GetResponseContext: TypeAlias = grpc.aio.ServicerContext[pb.GetResponseRequest, pb.StoredResponse]
+StreamContext: TypeAlias = GenerateContext | CreateResponseContext
+MessageT = TypeVar("MessageT")
 
 
 class RouterServicer(pb_grpc.RouterServiceServicer):
@@ -53,9 +65,45 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: GenerateContext
     ) -> AsyncIterator[pb.GenerateResponse]:
+        async for message in self._streamed("Generate", self._generate(request, context), context):
+            yield message
+
+    async def CreateResponse(
+        self, request: pb.CreateResponseRequest, context: CreateResponseContext
+    ) -> AsyncIterator[pb.ResponseEvent]:
+        events = self._create_response(request, context)
+        async for event in self._streamed("CreateResponse", events, context):
+            yield event
+
+    async def GetResponse(
+        self, request: pb.GetResponseRequest, context: GetResponseContext
+    ) -> pb.StoredResponse:
+        try:
+            caller_key(self._service.api_keys, context.invocation_metadata())
+            if not request.id:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, "id: required (a response id)", param="id"
+                )
+            response_id = check_response_id(request.id, "id")
+            reply = await self._service.stored_response(response_id, cancel=request.cancel)
+            if reply.status >= 300:
+                raise error_from_reply(reply.status, reply.body)
+        except OrchestratorError as error:
+            code, details = grpc_status(error)
+            self._count(code)
+            await context.abort(code, details)
+        self._count(grpc.StatusCode.OK)
+        return pb.StoredResponse(
+            response_json=reply.body.decode(errors="replace"), replica=_info(reply.replica)
+        )
+
+    async def _streamed(
+        self, name: str, messages: AsyncGenerator[MessageT, None], context: StreamContext
+    ) -> AsyncIterator[MessageT]:
+        """Relay `messages`, turning errors into status codes, and count the call once."""
         code = grpc.StatusCode.OK
         try:
-            async with contextlib.aclosing(self._generate(request, context)) as messages:
+            async with contextlib.aclosing(messages):
                 async for message in messages:
                     yield message
         except OrchestratorError as error:
@@ -69,7 +117,7 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
             raise
         except Exception:
-            log.exception("unhandled error serving Generate")
+            log.exception("unhandled error serving %s", name)
             code = grpc.StatusCode.INTERNAL
             await context.abort(code, "internal error")
         finally:
@@ -103,12 +151,7 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context), key=key
         )
         try:
-            replica = reply.replica
-            stream = ResponseStream(
-                pb.ReplicaInfo(
-                    id=replica.replica_id, pool=replica.pool, generation=replica.generation.value
-                )
-            )
+            stream = ResponseStream(_info(reply.replica))
             if reply.chunks is None:
                 _raise_for_whole(reply)
                 for message in stream.feed(b"data: " + (reply.body or b"") + b"\n\n"):
@@ -122,7 +165,38 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         finally:
             await reply.aclose()
 
-    def _deadline_s(self, context: GenerateContext) -> float:
+    async def _create_response(
+        self, request: pb.CreateResponseRequest, context: CreateResponseContext
+    ) -> AsyncGenerator[pb.ResponseEvent, None]:
+        service = self._service
+        key = caller_key(service.api_keys, context.invocation_metadata())
+        models = service.models()
+        upstream = responses_upstream(
+            request, default_model=models[0] if len(models) == 1 else None
+        )
+        ctx = upstream.context
+        default_priority = service.settings.admission.default_priority
+        if request.priority == pb.PRIORITY_UNSPECIFIED and ctx.priority is not default_priority:
+            ctx = dataclasses.replace(ctx, priority=default_priority)
+        reply = await service.dispatch(
+            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context), key=key
+        )
+        try:
+            events = ResponseEventStream(_info(reply.replica))
+            if reply.chunks is None:
+                _raise_for_whole(reply)
+                raise OrchestratorError(
+                    ErrorCode.UNAVAILABLE, "the replica answered a streamed request whole"
+                )
+            async for chunk in reply.chunks:
+                for event in events.feed(chunk):
+                    yield event
+            for event in events.finish():
+                yield event
+        finally:
+            await reply.aclose()
+
+    def _deadline_s(self, context: StreamContext) -> float:
         """The router's deadline, or the client's when that comes first (dispatcher clock)."""
         deadline_s = self._service.deadline_s()
         remaining_s = context.time_remaining()
@@ -142,6 +216,12 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
 add_router_servicer: Callable[[RouterServicer, grpc.aio.Server], None] = (
     pb_grpc.add_RouterServiceServicer_to_server
 )
+
+
+def _info(replica: Replica) -> pb.ReplicaInfo:
+    return pb.ReplicaInfo(
+        id=replica.replica_id, pool=replica.pool, generation=replica.generation.value
+    )
 
 
 def _raise_for_whole(reply: UpstreamReply) -> None:

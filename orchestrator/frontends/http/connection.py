@@ -6,7 +6,8 @@ Per RFC 9112 and aiohttp's limits: anything llhttp refuses (bad request line, ba
 value, obsolete line folding, bare LF, `Transfer-Encoding` with `Content-Length`, an unknown
 transfer coding) is a 400 that closes the connection; versions other than HTTP/1.0 and 1.1 get
 505; more than `max_fields` fields, a field or target over `max_field_bytes` or a head over
-`max_head_bytes` get 431 (414 for the target); a body over the limit gets 413 without being read.
+`max_head_bytes` get 431 (414 for the target); a body over the limit gets 413 without being kept
+(the rest is read and dropped for up to `LINGER_S`, so the client sees the 413, not a reset).
 Requests are answered in order (pipelining), one at a time; while one is served, reading pauses
 once the next is whole. A route's head check (the API key) runs before its body is read.
 
@@ -50,6 +51,8 @@ SWEEP_EVERY_S: Final = 1.0
 _VERSIONS: Final = frozenset({"1.0", "1.1"})
 _LAST_CHUNK: Final = b"0\r\n\r\n"
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+LINGER_S: Final = 5.0  # after a 413, how long the rest of the body is read and dropped
+LINGER_BYTES: Final = 64 * 1024 * 1024  # and how much of it at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,8 @@ class HttpConnection(asyncio.Protocol):
         self._closing = False
         self._paused = False
         self._answering = False  # bytes of the current answer have been written
+        self._lingering = False  # a 413 is out: drop what the client still sends, then close
+        self._lingered_bytes = 0
         self._done: asyncio.Future[None] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
@@ -182,6 +187,10 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._parsing:
+            if self._lingering:
+                self._lingered_bytes += len(data)
+                if self._lingered_bytes > LINGER_BYTES:
+                    self.abort()
             return
         if self._in_head:
             self._head_bytes += len(data)
@@ -192,6 +201,9 @@ class HttpConnection(asyncio.Protocol):
             if isinstance(cause, _Refuse):
                 if self._match is not None and self._match.route.counted:
                     self._shared.count(str(cause.answer.status))
+                # A client still sending a body too large would see a reset, not the 413,
+                # if the connection closed under it: read on and drop the rest for a while.
+                self._lingering = cause.answer.status == 413
                 self._stop_parsing(cause.answer)
             else:
                 log.error("unhandled error reading a request", exc_info=cause)
@@ -397,7 +409,7 @@ class HttpConnection(asyncio.Protocol):
             self._queue[-1].keep_alive = False
         else:
             self._closing = True
-        if self._transport is not None and not self._paused:
+        if self._transport is not None and not self._paused and not self._lingering:
             self._paused = True
             self._transport.pause_reading()
 
@@ -559,7 +571,12 @@ class HttpConnection(asyncio.Protocol):
     def _close(self) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            transport.close()
+            if self._lingering:  # end our side; the client reads the answer, then closes
+                if transport.can_write_eof():
+                    transport.write_eof()
+                self._loop.call_later(LINGER_S, self.abort)
+            else:
+                transport.close()
         self._finished()
 
     def _finished(self) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.routing.context import Priority, RequestContext
 
 BYTES_PER_TOKEN: Final = 4
@@ -148,6 +149,80 @@ def _priority(body: Mapping[str, Any], headers: Mapping[str, str], default: Prio
     return found
 
 
+def responses_prompt(input_: object, instructions: object) -> tuple[int, int | None]:
+    """(estimated prompt tokens, prefix hash) of a Responses request's `input` and
+    `instructions`: counted as a chat whose messages are the instructions and the input items."""
+    if isinstance(input_, str):
+        items: list[Any] = [{"role": "user", "content": input_}]
+    elif isinstance(input_, list) and input_:
+        items = input_
+    else:
+        raise _invalid("input", "`input` must be a string or a non-empty array of input items")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _invalid("instructions", "`instructions` must be a string")
+    messages = [{"role": "system", "content": instructions}] if instructions else []
+    for item in items:
+        if isinstance(item, dict) and "content" not in item:
+            text = "".join(
+                value
+                for key in ("output", "arguments", "name")
+                if isinstance(value := item.get(key), str)
+            )
+            item = {"role": item.get("type"), "content": text}
+        messages.append(item)
+    return chat_prompt(messages)
+
+
+def _model(body: Mapping[str, Any], default_model: str | None) -> str:
+    model = body.get("model")
+    if model is None:
+        if default_model is None:
+            raise _invalid("model", "`model` is required: this router serves several models")
+        return default_model
+    if not isinstance(model, str):
+        raise _invalid("model", "`model` must be a string")
+    return model
+
+
+def _stream(body: Mapping[str, Any]) -> bool:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _invalid("stream", "`stream` must be a boolean")
+    return bool(stream)
+
+
+def _client_site(headers: Mapping[str, str]) -> str | None:
+    site = headers.get(CLIENT_SITE_HEADER)
+    return site.strip() or None if site is not None else None
+
+
+def responses_context(
+    body: object,
+    headers: Mapping[str, str],
+    *,
+    default_model: str | None,
+    default_priority: Priority = Priority.INTERACTIVE,
+) -> RequestContext:
+    """The routing view of a parsed `POST /v1/responses` body; as `request_context`, plus the
+    stored response it continues (`previous_response_id`), whose holder must answer it."""
+    if not isinstance(body, dict):
+        raise _invalid("body", "the request body must be a JSON object")
+    prompt_tokens, prefix = responses_prompt(body.get("input"), body.get("instructions"))
+    previous = body.get("previous_response_id")
+    if previous is not None:
+        previous = check_response_id(previous, "previous_response_id")
+    return RequestContext(
+        model=_model(body, default_model),
+        prompt_tokens=prompt_tokens,
+        max_tokens=_optional_int(body, "max_output_tokens"),
+        stream=_stream(body),
+        prefix_hash=prefix,
+        priority=_priority(body, headers, default_priority),
+        client_site=_client_site(headers),
+        stored_response_id=previous,
+    )
+
+
 def request_context(
     body: object,
     headers: Mapping[str, str],
@@ -164,16 +239,8 @@ def request_context(
     """
     if not isinstance(body, dict):
         raise _invalid("body", "the request body must be a JSON object")
-    model = body.get("model")
-    if model is None:
-        if default_model is None:
-            raise _invalid("model", "`model` is required: this router serves several models")
-        model = default_model
-    elif not isinstance(model, str):
-        raise _invalid("model", "`model` must be a string")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _invalid("stream", "`stream` must be a boolean")
+    model = _model(body, default_model)
+    stream = _stream(body)
     max_tokens = _optional_int(body, "max_tokens")
     if chat:
         prompt_tokens, prefix = chat_prompt(body.get("messages"))
@@ -181,13 +248,12 @@ def request_context(
         max_tokens = max_tokens if completion_limit is None else completion_limit
     else:
         prompt_tokens, prefix = completion_prompt(body.get("prompt"))
-    site = headers.get(CLIENT_SITE_HEADER)
     return RequestContext(
         model=model,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
-        stream=bool(stream),
+        stream=stream,
         prefix_hash=prefix,
         priority=_priority(body, headers, default_priority),
-        client_site=site.strip() or None if site is not None else None,
+        client_site=_client_site(headers),
     )

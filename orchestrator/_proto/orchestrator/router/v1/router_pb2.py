@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/router/v1/router.proto\x12\x16orchestrator.router.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xa6\x03\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x35\n\x08messages\x18\x02 \x03(\x0b\x32#.orchestrator.router.v1.ChatMessage\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\r\x12\x17\n\nmax_tokens\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nignore_eos\x18\n \x01(\x08\x12\x18\n\x10reasoning_effort\x18\x0b \x01(\t\x12\x12\n\ntools_json\x18\x0c \x01(\t\x12\x32\n\x08priority\x18\r \x01(\x0e\x32 .orchestrator.router.v1.Priority\x12\x13\n\x0b\x63lient_site\x18\x0e \x01(\tB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seed\";\n\x0bReplicaInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\t\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\"\xe7\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12,\n\x05usage\x18\x04 \x01(\x0b\x32\x1d.orchestrator.router.v1.Usage\x12\x34\n\x07replica\x18\x05 \x01(\x0b\x32#.orchestrator.router.v1.ReplicaInfo\x12\x16\n\x0ereasoning_text\x18\x06 \x01(\t\x12\x17\n\x0ftool_calls_json\x18\x07 \x01(\t\"\x13\n\x11ListModelsRequest\"%\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08owned_by\x18\x02 \x01(\t\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x1d.orchestrator.router.v1.Model*R\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x12\n\x0ePRIORITY_BATCH\x10\x02\x32\xd5\x01\n\rRouterService\x12_\n\x08Generate\x12\'.orchestrator.router.v1.GenerateRequest\x1a(.orchestrator.router.v1.GenerateResponse0\x01\x12\x63\n\nListModels\x12).orchestrator.router.v1.ListModelsRequest\x1a*.orchestrator.router.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#orchestrator/router/v1/router.proto\x12\x16orchestrator.router.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xa6\x03\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x35\n\x08messages\x18\x02 \x03(\x0b\x32#.orchestrator.router.v1.ChatMessage\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x04 \x03(\r\x12\x17\n\nmax_tokens\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x07 \x01(\x01H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nignore_eos\x18\n \x01(\x08\x12\x18\n\x10reasoning_effort\x18\x0b \x01(\t\x12\x12\n\ntools_json\x18\x0c \x01(\t\x12\x32\n\x08priority\x18\r \x01(\x0e\x32 .orchestrator.router.v1.Priority\x12\x13\n\x0b\x63lient_site\x18\x0e \x01(\tB\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seed\";\n\x0bReplicaInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\t\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\"\xe7\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12,\n\x05usage\x18\x04 \x01(\x0b\x32\x1d.orchestrator.router.v1.Usage\x12\x34\n\x07replica\x18\x05 \x01(\x0b\x32#.orchestrator.router.v1.ReplicaInfo\x12\x16\n\x0ereasoning_text\x18\x06 \x01(\t\x12\x17\n\x0ftool_calls_json\x18\x07 \x01(\t\"\x13\n\x11ListModelsRequest\"%\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08owned_by\x18\x02 \x01(\t\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x1d.orchestrator.router.v1.Model\"v\n\x15\x43reateResponseRequest\x12\x14\n\x0crequest_json\x18\x01 \x01(\t\x12\x32\n\x08priority\x18\x02 \x01(\x0e\x32 .orchestrator.router.v1.Priority\x12\x13\n\x0b\x63lient_site\x18\x03 \x01(\t\"\x95\x01\n\rResponseEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x12\n\nevent_json\x18\x02 \x01(\t\x12\x34\n\x07replica\x18\x03 \x01(\x0b\x32#.orchestrator.router.v1.ReplicaInfo\x12,\n\x05usage\x18\x04 \x01(\x0b\x32\x1d.orchestrator.router.v1.Usage\"0\n\x12GetResponseRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x63\x61ncel\x18\x02 \x01(\x08\"]\n\x0eStoredResponse\x12\x15\n\rresponse_json\x18\x01 \x01(\t\x12\x34\n\x07replica\x18\x02 \x01(\x0b\x32#.orchestrator.router.v1.ReplicaInfo*R\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x12\n\x0ePRIORITY_BATCH\x10\x02\x32\xa2\x03\n\rRouterService\x12_\n\x08Generate\x12\'.orchestrator.router.v1.GenerateRequest\x1a(.orchestrator.router.v1.GenerateResponse0\x01\x12\x63\n\nListModels\x12).orchestrator.router.v1.ListModelsRequest\x1a*.orchestrator.router.v1.ListModelsResponse\x12h\n\x0e\x43reateResponse\x12-.orchestrator.router.v1.CreateResponseRequest\x1a%.orchestrator.router.v1.ResponseEvent0\x01\x12\x61\n\x0bGetResponse\x12*.orchestrator.router.v1.GetResponseRequest\x1a&.orchestrator.router.v1.StoredResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'orchestrator.router.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRIORITY']._serialized_start=1017
-  _globals['_PRIORITY']._serialized_end=1099
+  _globals['_PRIORITY']._serialized_start=1434
+  _globals['_PRIORITY']._serialized_end=1516
   _globals['_CHATMESSAGE']._serialized_start=63
   _globals['_CHATMESSAGE']._serialized_end=107
   _globals['_GENERATEREQUEST']._serialized_start=110
@@ -50,6 +50,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODEL']._serialized_end=946
   _globals['_LISTMODELSRESPONSE']._serialized_start=948
   _globals['_LISTMODELSRESPONSE']._serialized_end=1015
-  _globals['_ROUTERSERVICE']._serialized_start=1102
-  _globals['_ROUTERSERVICE']._serialized_end=1315
+  _globals['_CREATERESPONSEREQUEST']._serialized_start=1017
+  _globals['_CREATERESPONSEREQUEST']._serialized_end=1135
+  _globals['_RESPONSEEVENT']._serialized_start=1138
+  _globals['_RESPONSEEVENT']._serialized_end=1287
+  _globals['_GETRESPONSEREQUEST']._serialized_start=1289
+  _globals['_GETRESPONSEREQUEST']._serialized_end=1337
+  _globals['_STOREDRESPONSE']._serialized_start=1339
+  _globals['_STOREDRESPONSE']._serialized_end=1432
+  _globals['_ROUTERSERVICE']._serialized_start=1519
+  _globals['_ROUTERSERVICE']._serialized_end=1937
 # @@protoc_insertion_point(module_scope)

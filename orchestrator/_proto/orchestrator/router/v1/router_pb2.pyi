@@ -110,3 +110,41 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[Model]
     def __init__(self, models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ...) -> None: ...
+
+class CreateResponseRequest(_message.Message):
+    __slots__ = ("request_json", "priority", "client_site")
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_SITE_FIELD_NUMBER: _ClassVar[int]
+    request_json: str
+    priority: Priority
+    client_site: str
+    def __init__(self, request_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., client_site: _Optional[str] = ...) -> None: ...
+
+class ResponseEvent(_message.Message):
+    __slots__ = ("type", "event_json", "replica", "usage")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    event_json: str
+    replica: ReplicaInfo
+    usage: Usage
+    def __init__(self, type: _Optional[str] = ..., event_json: _Optional[str] = ..., replica: _Optional[_Union[ReplicaInfo, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class GetResponseRequest(_message.Message):
+    __slots__ = ("id", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cancel: bool
+    def __init__(self, id: _Optional[str] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class StoredResponse(_message.Message):
+    __slots__ = ("response_json", "replica")
+    RESPONSE_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    response_json: str
+    replica: ReplicaInfo
+    def __init__(self, response_json: _Optional[str] = ..., replica: _Optional[_Union[ReplicaInfo, _Mapping]] = ...) -> None: ...

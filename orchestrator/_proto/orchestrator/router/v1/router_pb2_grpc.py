@@ -46,6 +46,16 @@ class RouterServiceStub:
                 request_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.CreateResponse = channel.unary_stream(
+                '/orchestrator.router.v1.RouterService/CreateResponse',
+                request_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.CreateResponseRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ResponseEvent.FromString,
+                _registered_method=True)
+        self.GetResponse = channel.unary_unary(
+                '/orchestrator.router.v1.RouterService/GetResponse',
+                request_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.GetResponseRequest.SerializeToString,
+                response_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.StoredResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServiceServicer:
@@ -67,6 +77,25 @@ class RouterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateResponse(self, request, context):
+        """CreateResponse runs a Responses API request (`POST /v1/responses`, GPT-OSS's own API) and
+        streams its events: one ResponseEvent per event the replica sends, in order; the last is
+        terminal (`response.completed`, `response.incomplete`, `response.failed` or `error`). A
+        request that continues a stored response (`previous_response_id`) goes to the replica that
+        holds it; NOT_FOUND when that replica is gone or no replica holds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetResponse(self, request, context):
+        """GetResponse retrieves a stored response from the replica that holds it, or cancels it (a
+        background response); NOT_FOUND when no replica in the routing table holds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +108,16 @@ def add_RouterServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsRequest.FromString,
                     response_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'CreateResponse': grpc.unary_stream_rpc_method_handler(
+                    servicer.CreateResponse,
+                    request_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.CreateResponseRequest.FromString,
+                    response_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.ResponseEvent.SerializeToString,
+            ),
+            'GetResponse': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResponse,
+                    request_deserializer=orchestrator_dot_router_dot_v1_dot_router__pb2.GetResponseRequest.FromString,
+                    response_serializer=orchestrator_dot_router_dot_v1_dot_router__pb2.StoredResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,6 +175,60 @@ class RouterService:
             '/orchestrator.router.v1.RouterService/ListModels',
             orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsRequest.SerializeToString,
             orchestrator_dot_router_dot_v1_dot_router__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/orchestrator.router.v1.RouterService/CreateResponse',
+            orchestrator_dot_router_dot_v1_dot_router__pb2.CreateResponseRequest.SerializeToString,
+            orchestrator_dot_router_dot_v1_dot_router__pb2.ResponseEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchestrator.router.v1.RouterService/GetResponse',
+            orchestrator_dot_router_dot_v1_dot_router__pb2.GetResponseRequest.SerializeToString,
+            orchestrator_dot_router_dot_v1_dot_router__pb2.StoredResponse.FromString,
             options,
             channel_credentials,
             insecure,
