@@ -5,7 +5,8 @@ window has room (closed loop, as an Offline harness keeps its queue full); each 
 profile decides, using the same `FleetState`, plugins and `CapacityEstimator` the router runs;
 every replica is a `SimBatcher` on the fleet model; replicas are "scraped" once a second of
 simulated time. Time jumps from event to event (an arrival, a step's end, a scrape) through one
-heap, so the cost grows with steps and requests, not with replicas × events.
+heap, so the cost grows with steps and requests, not with replicas × events. Arrivals are read
+from an iterable as they are due, so a generator keeps memory flat however long the run.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.bench.fast_step_cost import PrecomputedStepCost
@@ -173,7 +173,7 @@ class VirtualFleet:
 
     def run(
         self,
-        arrivals: Sequence[Arrival],
+        arrivals: Iterable[Arrival],
         *,
         until_s: float | None = None,
         on_scrape: Callable[[float, VirtualFleet], None] | None = None,
@@ -183,6 +183,7 @@ class VirtualFleet:
     ) -> FleetRun:
         """Serve `arrivals` until all have finished, or stop at `until_s`.
 
+        `arrivals` is consumed as it is due (a generator is read lazily, never stored).
         Open loop (`window` None): each arrives at its `at_s` (sorted by time). Closed loop: the
         client keeps `window` requests in flight and sends the next, in order, the moment one
         finishes; `at_s` is ignored. The window opens linearly over `window_ramp_s` (a slow
@@ -194,14 +195,15 @@ class VirtualFleet:
         end = until_s if until_s is not None else float("inf")
         self._measure_from_s = measure_from_s
         samples: list[CapacitySample] = []
-        queue = deque(arrivals)
+        source = iter(arrivals)
+        upcoming = next(source, None)  # the next arrival not yet routed
         heap = self._heap
         next_scrape = SCRAPE_INTERVAL_S
         now = 0.0
         while True:
             if window is None:
-                next_arrival = queue[0].at_s if queue else float("inf")
-            elif not queue:
+                next_arrival = upcoming.at_s if upcoming is not None else float("inf")
+            elif upcoming is None:
                 next_arrival = float("inf")
             elif window_ramp_s > 0 and now < window_ramp_s:
                 opens_at = (self._in_flight + 1) / window * window_ramp_s
@@ -211,7 +213,7 @@ class VirtualFleet:
             else:
                 next_arrival = now if self._in_flight < window else float("inf")
             next_step = heap[0][0] if heap else float("inf")
-            if not queue and not heap:
+            if upcoming is None and not heap:
                 break
             now = min(next_arrival, next_scrape, next_step)
             if now > end or self._stop:
@@ -230,8 +232,9 @@ class VirtualFleet:
                     on_scrape(now, self)
                 next_scrape += SCRAPE_INTERVAL_S
             else:
-                arrival = queue.popleft()
-                self._route(arrival, now)
+                assert upcoming is not None
+                self._route(upcoming, now)
+                upcoming = next(source, None)
         return FleetRun(
             output_tokens={rid: e.output_tokens for rid, e in self.engines.items()},
             requests={rid: e.requests for rid, e in self.engines.items()},
@@ -240,7 +243,7 @@ class VirtualFleet:
             pool_of={rid: e.replica.pool for rid, e in self.engines.items()},
             ttfts_s=self._ttfts,
             tpots_s=self._tpots,
-            end_s=min(now, end) if queue or heap else self._last_finish_s,
+            end_s=min(now, end) if upcoming is not None or heap else self._last_finish_s,
             finished=self._finished,
             first_tokens=len(self._ttfts),
             steps=self._steps,
@@ -284,15 +287,27 @@ class VirtualFleet:
             self._plan(engine, now)
 
     def _plan(self, engine: _Engine, now: float) -> None:
-        duration = engine.batcher.plan_step().duration_s
+        duration = engine.batcher.plan_duration_s()
         engine.busy = True
         heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
 
     def _finish_step(self, engine: _Engine, now: float) -> None:
-        engine.busy = False
         batcher = engine.batcher
-        outcome = batcher.finish_step(now)
         self._steps += 1
+        sequences = batcher.planned_decode_only_sequences
+        if sequences:  # most steps: decode only, no first tokens, no prompt computed
+            engine.generated += sequences
+            finished = batcher.finish_decode_step(now)
+            if finished:
+                self._account_finished(engine, finished, now)
+            if batcher.has_work:
+                duration = batcher.plan_duration_s()
+                heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
+            else:
+                engine.busy = False
+            return
+        engine.busy = False
+        outcome = batcher.finish_step(now)
         engine.generated += outcome.tokens_generated
         engine.prompted += outcome.prompt_tokens_computed
         measure_from = self._measure_from_s
@@ -302,7 +317,7 @@ class VirtualFleet:
         if outcome.finished:
             self._account_finished(engine, outcome.finished, now)
         if batcher.has_work:
-            duration = batcher.plan_step().duration_s
+            duration = batcher.plan_duration_s()
             engine.busy = True
             heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
 

@@ -83,8 +83,8 @@ def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     generations = args.generation or list(Generation)
     results = []
     for generation in generations:
-        measured = generation in figures.measured
-        action = "fitting Offline, predicting Server" if measured else "predicting"
+        has_target = figures.offline_target_tokens_per_s(generation) is not None
+        action = "fitting Offline, predicting Server" if has_target else "predicting"
         print(f"{generation.value}: {action} ...", file=sys.stderr, flush=True)
         results.append(calibrate_generation(generation, figures=figures, seed=args.seed))
     if args.json:
@@ -93,7 +93,9 @@ def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
         print(format_table(results))
     if args.write:
         fitted = {
-            r.generation: r.sequence_efficiency for r in results if r.generation in figures.measured
+            r.generation: r.sequence_efficiency
+            for r in results
+            if figures.offline_target_tokens_per_s(r.generation) is not None
         }
         write_efficiencies(calibration_path(), fitted)
         capacities = {r.generation: r.server.tokens_per_s for r in results}

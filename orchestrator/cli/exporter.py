@@ -56,6 +56,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             ethtool_dir=ethtool_dir,
+            rocm_version_file=args.rocm_version_file or None,
         )
     except OSError as error:
         print(
@@ -119,6 +120,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--ethtool-dir",
         help="read `ethtool -S` output from <DIR>/<netdev>.txt instead of running ethtool",
     )
+    exporter.add_argument(
+        "--rocm-version-file", default="/opt/rocm/.info/version",
+        help="the ROCm install's version file, for node_software_info ('' to skip)",
+    )  # fmt: skip
     exporter.add_argument(
         "--control-plane", default=None, metavar="HOST:PORT",
         help="also evaluate this node's fabric health and report it there (ReportNodeHealth)",

@@ -40,6 +40,14 @@ FAMILIES: Final = (
             ),
         },
     ),
+    CommandFamily(
+        "orchestrator.cli.plan",
+        {
+            "plan": (
+                "capacity plan: the cheapest (or lowest-power) GPU mix that meets a demand and SLO"
+            )
+        },
+    ),
 )
 
 

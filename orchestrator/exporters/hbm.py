@@ -49,8 +49,7 @@ class HbmCollector:
         return reading
 
     def _read_card(self, reading: Reading, gpu: str, base: str) -> None:
-        product_name = self._text(reading, f"{base}/product_name")
-        device_id = self._device_id(reading, f"{base}/device")
+        product_name, device_id = card_identity(self.sysfs, reading, base)
         if product_name is None and device_id is None:
             return
         generation = gpu_generation(device_id, product_name)
@@ -69,20 +68,29 @@ class HbmCollector:
             if value is not None:
                 reading.add(metric, labels, value if per_unit == 1 else value / per_unit)
 
-    def _text(self, reading: Reading, rel: str) -> str | None:
-        try:
-            text = self.sysfs.read_text(rel)
-        except MalformedFile as error:
-            reading.malformed.append(error)
-            return None
-        return text.strip() if text and text.strip() else None
 
-    def _device_id(self, reading: Reading, rel: str) -> str | None:
-        """The PCI device id as the AMD GPU operator labels it: four lowercase hex digits."""
-        text = self._text(reading, rel)
-        if text is None:
-            return None
-        if re.fullmatch(r"(0x)?[0-9a-fA-F]{1,4}", text) is None:
-            reading.malformed.append(MalformedFile(rel, f"expected a PCI id, found {text[:40]!r}"))
-            return None
-        return f"{int(text.removeprefix('0x').removeprefix('0X'), 16):04x}"
+def card_identity(sysfs: SysfsRoot, reading: Reading, base: str) -> tuple[str | None, str | None]:
+    """A card's (product name, PCI device id) under `base` (`class/drm/card<N>/device`)."""
+    return _text(sysfs, reading, f"{base}/product_name"), _device_id(
+        sysfs, reading, f"{base}/device"
+    )
+
+
+def _text(sysfs: SysfsRoot, reading: Reading, rel: str) -> str | None:
+    try:
+        text = sysfs.read_text(rel)
+    except MalformedFile as error:
+        reading.malformed.append(error)
+        return None
+    return text.strip() if text and text.strip() else None
+
+
+def _device_id(sysfs: SysfsRoot, reading: Reading, rel: str) -> str | None:
+    """The PCI device id as the AMD GPU operator labels it: four lowercase hex digits."""
+    text = _text(sysfs, reading, rel)
+    if text is None:
+        return None
+    if re.fullmatch(r"(0x)?[0-9a-fA-F]{1,4}", text) is None:
+        reading.malformed.append(MalformedFile(rel, f"expected a PCI id, found {text[:40]!r}"))
+        return None
+    return f"{int(text.removeprefix('0x').removeprefix('0X'), 16):04x}"

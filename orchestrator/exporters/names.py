@@ -82,6 +82,8 @@ GPU_HBM_TOTAL = "gpu_hbm_total_bytes"
 GPU_HBM_USED = "gpu_hbm_used_bytes"
 GPU_BUSY = "gpu_busy_ratio"
 GPU_INFO = "gpu_info"
+NODE_SOFTWARE_INFO = "node_software_info"
+GPU_FIRMWARE_INFO = "gpu_firmware_info"
 EXPORTER_ERRORS = "orchestrator_exporter_errors_total"
 EXPORTER_SCRAPE_DURATION = "orchestrator_exporter_scrape_duration_seconds"
 
@@ -245,6 +247,17 @@ METRICS: Final = MappingProxyType(
                 GPU_INFO, G, ("gpu", "product_name", "device_id", "gpu_generation"),
                 "GPU metadata; always 1. gpu_generation is from product_name or the PCI id.",
                 _DRM + "{product_name,device}",
+            ),
+            MetricSpec(
+                NODE_SOFTWARE_INFO, G, ("rocm_version", "amdgpu_driver_version"),
+                "The node's GPU software; always 1. An empty label is a version not found.",
+                "ROCm's .info/version file; module/amdgpu/version",
+            ),
+            MetricSpec(
+                GPU_FIRMWARE_INFO, G, (*GPU, "component", "version"),
+                "GPU firmware versions; always 1. component is vbios or a fw_version/ file's "
+                "name without _fw_version (smc, mec, sos, ...).",
+                _DRM + "{vbios_version,fw_version/*_fw_version}",
             ),
             MetricSpec(
                 EXPORTER_ERRORS, C, ("collector",),

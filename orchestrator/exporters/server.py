@@ -20,6 +20,7 @@ from orchestrator.exporters.exposition import NodeCollector, NodeExporter
 from orchestrator.exporters.hbm import HbmCollector
 from orchestrator.exporters.roce import RoceCollector
 from orchestrator.exporters.sysfs import SysfsRoot
+from orchestrator.exporters.versions import VersionsCollector
 
 
 def build_exporter(
@@ -29,14 +30,19 @@ def build_exporter(
     site: str,
     ethtool_dir: Path | str | None = None,
     ethtool: EthtoolReader | None = None,
+    rocm_version_file: Path | str | None = None,
     timer: Callable[[], float] = time.perf_counter,
 ) -> NodeExporter:
     """A node's exporter over a sysfs root. PFC counters come from `ethtool`, else from files in
-    `ethtool_dir` (`<netdev>.txt`), else from the `ethtool` binary (none when it is absent)."""
+    `ethtool_dir` (`<netdev>.txt`), else from the `ethtool` binary (none when it is absent). The
+    ROCm version is read from `rocm_version_file` (None: not read)."""
     if ethtool is None:
         ethtool = CommandEthtoolReader() if ethtool_dir is None else FileEthtoolReader(ethtool_dir)
     sysfs = SysfsRoot(sysfs_root)
-    collectors: list[NodeCollector] = [RoceCollector(sysfs, ethtool), HbmCollector(sysfs)]
+    collectors: list[NodeCollector] = [
+        RoceCollector(sysfs, ethtool), HbmCollector(sysfs),
+        VersionsCollector(sysfs, rocm_version_file),
+    ]  # fmt: skip
     return NodeExporter(collectors, node=node, site=site, timer=timer)
 
 
@@ -80,7 +86,11 @@ def start_exporter(
     host: str = "127.0.0.1",
     port: int = 0,
     ethtool_dir: Path | str | None = None,
+    rocm_version_file: Path | str | None = None,
 ) -> ExporterHandle:
     """Build a node's exporter over `sysfs_root` and serve it; see `build_exporter`."""
-    exporter = build_exporter(sysfs_root, node=node, site=site, ethtool_dir=ethtool_dir)
+    exporter = build_exporter(
+        sysfs_root, node=node, site=site, ethtool_dir=ethtool_dir,
+        rocm_version_file=rocm_version_file,
+    )  # fmt: skip
     return serve_exporter(exporter, host=host, port=port)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -116,6 +116,19 @@ class MeasuredFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class RelativeFigure:
+    """A published performance ratio to a measured generation, for one without its own MLPerf row.
+
+    The generation is calibrated on `ratio` × the reference's Offline figure instead of borrowing
+    its architecture's efficiency (which, on a roofline dominated by HBM reads, would make it as
+    fast as the reference whatever its clocks and power).
+    """
+
+    reference: Generation
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
 class FleetFigures:
     model: ModelShape
     workload: WorkloadStats
@@ -123,6 +136,18 @@ class FleetFigures:
     measured: Mapping[Generation, MeasuredFigures]
     sequence_efficiency: Mapping[Generation, float]
     server_tokens_per_s: Mapping[Generation, float]
+    relative: Mapping[Generation, RelativeFigure] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def offline_target_tokens_per_s(self, generation: Generation) -> float | None:
+        """Per-GPU Offline tokens/s to calibrate on: published, or a published ratio of one."""
+        if generation in self.measured:
+            return self.measured[generation].offline_tokens_per_s
+        relative = self.relative.get(generation)
+        if relative is None:
+            return None
+        return relative.ratio * self.measured[relative.reference].offline_tokens_per_s
 
     def sequence_efficiency_of(self, generation: Generation) -> float:
         """Calibrated prefill efficiency; an uncalibrated generation borrows its architecture's."""
@@ -209,6 +234,20 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         parse_generation(name): float(value)
         for name, value in raw["calibrated"].get("server_tokens_per_s", {}).items()
     }
+    relative: dict[Generation, RelativeFigure] = {}
+    for name, row in (raw.get("relative") or {}).items():
+        generation = parse_generation(name)
+        reference = parse_generation(str(row["reference"]))
+        ratio = float(row["offline_ratio"])
+        if reference not in measured or generation in measured:
+            raise ValueError(
+                f"relative.{name}: the reference must have measured figures and {name} none"
+            )
+        if not 0.0 < ratio <= 2.0:
+            raise ValueError(
+                f"relative.{name}.offline_ratio: expected a ratio in (0, 2], got {ratio}"
+            )
+        relative[generation] = RelativeFigure(reference, ratio)
     return FleetFigures(
         model=shape,
         workload=stats,
@@ -216,6 +255,7 @@ def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
         measured=MappingProxyType(measured),
         sequence_efficiency=MappingProxyType(efficiency),
         server_tokens_per_s=MappingProxyType(capacity),
+        relative=MappingProxyType(relative),
     )
 
 

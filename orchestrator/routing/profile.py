@@ -27,6 +27,7 @@ from orchestrator.routing.plugin import (
     Scorer,
     WholeSetPicker,
 )
+from orchestrator.routing.sampling import sample
 
 MAX_FALLBACKS = 3
 DEFAULT_SAMPLE_SIZE = 8
@@ -212,7 +213,7 @@ class Profile:
     def _sample(
         self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
     ) -> list[Candidate]:
-        chosen = self._state.rng.sample(eligible, self.sample_size)
+        chosen = sample(self._state.rng, eligible, self.sample_size)
         seen: set[int] | None = None  # built at the first nominee: often there is none
         for nominator in self._state.nominators:
             for candidate in nominator.nominate(ctx, view, eligible):

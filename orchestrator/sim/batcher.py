@@ -11,7 +11,10 @@ while the token budget, the sequence limit and free KV allow. Prefill is chunked
 A request's first token comes out of the step that completes its prefill.
 
 Decoding sequences are not touched one by one each step: a sequence's token count is derived from
-the step counter, so a step costs O(1) plus O(log n) per start and finish.
+the step counter, so a step costs O(1) plus O(log n) per start and finish. A driver that needs only
+durations (virtual time) plans with `plan_duration_s()` and finishes a decode-only step with
+`finish_decode_step()`: the same policy and arithmetic, without a `StepPlan` or `StepOutcome` for
+the decode-only steps that make up most of a loaded engine's steps.
 """
 
 from __future__ import annotations
@@ -115,6 +118,8 @@ class SimBatcher:
         self._decode_prompt_sum = 0  # sum of prompt tokens over decoding
         self._prefill_kv = 0  # KV tokens held by sequences in prefill
         self._plan: StepPlan | None = None
+        # A decode-only step planned by `plan_duration_s()`: its sequences (>= 1), else 0.
+        self._decode_planned = 0
         # A cost model may time a decode-only step without a `StepWork` (same arithmetic).
         self._decode_step_time_s: Callable[[int, float], float] = getattr(
             cost, "decode_step_time_s", self._decode_step_time_from_work
@@ -184,9 +189,45 @@ class SimBatcher:
 
     # -- steps ---------------------------------------------------------------------------------
 
+    @property
+    def planned_decode_only_sequences(self) -> int:
+        """Sequences of the decode-only step `plan_duration_s()` has in flight; 0 if none is."""
+        return self._decode_planned
+
+    def plan_duration_s(self) -> float:
+        """`plan_step().duration_s`; a decode-only step is kept without a `StepPlan`.
+
+        Finish such a step with `finish_decode_step()` (or `finish_step()`, which handles both).
+        """
+        if self._plan is not None or self._decode_planned:
+            raise RuntimeError("a step is already planned: finish it first")
+        if self._decoding and not self._prefilling and not self._waiting:
+            decode_sequences = len(self._decoding)
+            decode_context = (
+                self._decode_prompt_sum
+                + decode_sequences * (1 + self.steps)
+                - self._decode_start_sum
+            )
+            kv_used = decode_context + self._prefill_kv + decode_sequences * self._sliding_tokens
+            if kv_used + decode_sequences <= self.kv_capacity_tokens:  # else: preemption
+                self._decode_planned = decode_sequences
+                return self._decode_step_time_s(decode_sequences, decode_context)
+        return self.plan_step().duration_s
+
+    def finish_decode_step(self, now_s: float) -> list[SimRequest] | None:
+        """Finish a decode-only step from `plan_duration_s()`: the requests it finished, or None.
+
+        It produced one token for each of `planned_decode_only_sequences` and computed no prompt.
+        """
+        if not self._decode_planned:
+            raise RuntimeError("finish_decode_step() without a decode-only plan_duration_s()")
+        self._decode_planned = 0
+        self.steps += 1
+        return self._finish_due(now_s)
+
     def plan_step(self) -> StepPlan:
         """Decide the next step. Call `finish_step()` before planning another."""
-        if self._plan is not None:
+        if self._plan is not None or self._decode_planned:
             raise RuntimeError("plan_step() called twice without finish_step()")
         decode_sequences = len(self._decoding)
         decode_context = (
@@ -263,13 +304,15 @@ class SimBatcher:
 
     def finish_step(self, now_s: float) -> StepOutcome:
         """Apply the planned step, stamping first and last tokens with `now_s`."""
+        if self._decode_planned:
+            sequences = self._decode_planned
+            return StepOutcome([], self.finish_decode_step(now_s) or [], [], sequences, 0)
         plan = self._plan
         if plan is None:
             raise RuntimeError("finish_step() without plan_step()")
         self._plan = None
         self.steps += 1
         first_tokens: list[SimRequest] = []
-        finished: list[SimRequest] = []
         prefills_completed = 0  # each produces a token, a resumed one as much as a first one
         for request, take in plan.prefill_chunks:
             if request.state != "prefilling":
@@ -284,7 +327,19 @@ class SimBatcher:
                     first_tokens.append(request)
                 prefills_completed += 1
                 self._start_decoding(request)
+        return StepOutcome(  # first_tokens, finished, preempted, tokens, prompt tokens
+            first_tokens, self._finish_due(now_s) or [], plan.preempted,
+            plan.decode_sequences + prefills_completed, plan.prefill_tokens,
+        )  # fmt: skip
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _finish_due(self, now_s: float) -> list[SimRequest] | None:
+        """Finish the sequences whose last token came out of step `steps`; None if none did."""
         heap, steps = self._finish_heap, self.steps
+        if not heap or heap[0][0] > steps:
+            return None
+        finished: list[SimRequest] = []
         while heap and heap[0][0] <= steps:
             _, epoch, _, request = heapq.heappop(heap)
             if request.state != "decoding" or epoch != request._epoch:
@@ -293,12 +348,7 @@ class SimBatcher:
             request.state = "finished"
             request.finish_s = now_s
             finished.append(request)
-        return StepOutcome(  # first_tokens, finished, preempted, tokens, prompt tokens
-            first_tokens, finished, plan.preempted,
-            plan.decode_sequences + prefills_completed, plan.prefill_tokens,
-        )  # fmt: skip
-
-    # -- internals -----------------------------------------------------------------------------
+        return finished
 
     def _decode_step_time_from_work(self, sequences: int, context_tokens: float) -> float:
         return self.cost.step_time_s(StepWork(sequences, context_tokens, 0))

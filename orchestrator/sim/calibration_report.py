@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.generations import Generation
+from orchestrator.fleet.figures import load_figures
 from orchestrator.sim.calibration import GenerationCalibration
 
 _COLUMNS = (
@@ -71,6 +72,14 @@ def format_table(results: Sequence[GenerationCalibration]) -> str:
         "rate with p99 TTFT <= 3 s and p99 TPOT <= 80 ms (predicted, not fitted); batch = "
         "sequences per step at saturation."
     )
+    relative = load_figures().relative
+    for r in results:
+        if r.generation in relative:
+            anchor = relative[r.generation]
+            lines.append(
+                f"{r.generation.value}: no MLPerf row; its Offline target is "
+                f"{anchor.ratio:.2f} × {anchor.reference.value}'s published figure (`relative:`)."
+            )
     ratio = capacity_ratio(results, Generation.MI355X, Generation.MI300X)
     if ratio is not None:
         offline = {r.generation: r.offline.saturated_tokens_per_s for r in results}

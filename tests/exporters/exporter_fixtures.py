@@ -68,6 +68,7 @@ def exporter_for(fixture: NodeFixture) -> NodeExporter:
         node=fixture.node,
         site=fixture.site,
         ethtool_dir=fixture.directory / "ethtool",
+        rocm_version_file=fixture.directory / "rocm" / ".info" / "version",
         timer=lambda: 0.0,
     )
 

@@ -17,7 +17,7 @@ def test_the_benchmark_node_has_eight_gpus_and_eight_nics(tmp_path: Path) -> Non
     assert sum(s.metric == n.GPU_HBM_USED for s in scrape.samples) == exporter_scrape.GPUS
     assert sum(s.metric == n.RDMA_PORT_STATE for s in scrape.samples) == exporter_scrape.NICS
     assert sum(s.metric == n.NIC_PFC_PAUSE_DURATION for s in scrape.samples) == 8 * 8 * 2
-    assert scrape.errors_total == {"roce": 0, "hbm": 0}
+    assert scrape.errors_total == {"roce": 0, "hbm": 0, "versions": 0}
 
 
 def test_the_benchmark_prints_median_and_p99(capsys: pytest.CaptureFixture[str]) -> None:

@@ -114,7 +114,7 @@ def test_a_missing_file_gives_no_series_and_no_error(tmp_path: Path) -> None:
     devices = {s.labels[0] for s in scraped.samples if s.metric == n.RDMA_CNP_SENT}
     assert devices == {"mlx5_1"}
     assert {s.labels[0] for s in scraped.samples if s.metric == n.RDMA_PORT_RATE} == {"mlx5_1"}
-    assert scraped.errors_total == {"roce": 0, "hbm": 0}
+    assert scraped.errors_total == {"roce": 0, "hbm": 0, "versions": 0}
 
 
 def test_a_malformed_file_is_counted_logged_once_and_the_rest_still_exported(

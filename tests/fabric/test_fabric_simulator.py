@@ -74,7 +74,7 @@ def node(tmp_path: Path) -> SimulatedNode:
 
 def test_the_tree_is_an_mlx5_node_the_exporter_reads_without_errors(node: SimulatedNode) -> None:
     scrape = node.exporter.scrape()
-    assert scrape.errors_total == {"roce": 0, "hbm": 0}
+    assert scrape.errors_total == {"roce": 0, "hbm": 0, "versions": 0}
     ports = [s for s in scrape.samples if s.metric == n.RDMA_PORT_STATE]
     assert [(s.label_map()["device"], s.label_map()["driver"], s.value) for s in ports] == [
         ("mlx5_0", "mlx5", 4.0), ("mlx5_1", "mlx5", 4.0),

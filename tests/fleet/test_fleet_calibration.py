@@ -24,12 +24,13 @@ from orchestrator.sim.calibration_report import (
 pytestmark = pytest.mark.slow
 
 MEASURED = (Generation.MI300X, Generation.MI355X)
+FITTED = (*MEASURED, Generation.MI350X)  # MI350X on its published ratio to MI355X
 
 
 @pytest.fixture(scope="module")
 def calibrated() -> dict[Generation, GenerationCalibration]:
-    """A fresh fit for each generation with a published figure (seconds of CPU each)."""
-    return {generation: calibrate_generation(generation) for generation in MEASURED}
+    """A fresh fit for each generation with an Offline target (seconds of CPU each)."""
+    return {generation: calibrate_generation(generation) for generation in FITTED}
 
 
 @pytest.mark.parametrize("generation", MEASURED)
@@ -48,7 +49,7 @@ def test_calibrated_offline_throughput_meets_mlperf_within_2_percent(
 
 
 @pytest.mark.parametrize("generation", MEASURED)
-def test_predicted_server_throughput_is_within_25_percent_of_mlperf(
+def test_predicted_server_throughput_is_within_10_percent_of_mlperf(
     calibrated: dict[Generation, GenerationCalibration], generation: Generation
 ) -> None:
     result = calibrated[generation]
@@ -59,9 +60,23 @@ def test_predicted_server_throughput_is_within_25_percent_of_mlperf(
         f"p99 TTFT {result.server.ttft_p99_s:.2f} s, "
         f"p99 TPOT {result.server.tpot_p99_s * 1e3:.1f} ms"
     )
-    assert abs(result.server_error_pct) <= 25.0
+    assert abs(result.server_error_pct) <= 10.0
     # The predicted point is one that meets the Server latency targets.
     assert result.server.meets(target)
+
+
+def test_mi350x_rests_on_its_published_80_percent_of_mi355x_not_on_the_roofline(
+    calibrated: dict[Generation, GenerationCalibration],
+) -> None:
+    mi350x, mi355x = calibrated[Generation.MI350X], calibrated[Generation.MI355X]
+    assert mi350x.measured_offline_tokens_per_s == pytest.approx(
+        0.80 * load_figures().measured[Generation.MI355X].offline_tokens_per_s
+    )
+    assert abs(mi350x.offline_error_pct or 100.0) <= 2.0
+    ratio = capacity_ratio(list(calibrated.values()), Generation.MI350X, Generation.MI355X)
+    print(f"\nMI350X : MI355X predicted Server capacity ratio {ratio:.2f}")
+    assert ratio is not None and 0.72 <= ratio <= 0.88  # the roofline alone said 0.98
+    assert mi350x.sequence_efficiency < mi355x.sequence_efficiency
 
 
 def test_mi355x_serves_three_to_five_times_what_mi300x_does(
@@ -73,7 +88,7 @@ def test_mi355x_serves_three_to_five_times_what_mi300x_does(
     assert 3.0 <= ratio <= 5.0
 
 
-@pytest.mark.parametrize("generation", MEASURED)
+@pytest.mark.parametrize("generation", FITTED)
 def test_shipped_efficiencies_are_what_the_model_fits_today(
     calibrated: dict[Generation, GenerationCalibration], generation: Generation
 ) -> None:
@@ -83,7 +98,7 @@ def test_shipped_efficiencies_are_what_the_model_fits_today(
     )
 
 
-@pytest.mark.parametrize("generation", MEASURED)
+@pytest.mark.parametrize("generation", FITTED)
 def test_shipped_capacity_priors_are_what_the_model_predicts_today(
     calibrated: dict[Generation, GenerationCalibration], generation: Generation
 ) -> None:
@@ -144,6 +159,7 @@ def test_write_efficiencies_rewrites_only_the_calibrated_numbers_and_keeps_comme
     rewritten = parse_figures(yaml.safe_load(copy.read_text()))
     assert dict(rewritten.sequence_efficiency) == {
         Generation.MI300X: 0.1235,
+        Generation.MI350X: load_figures().sequence_efficiency[Generation.MI350X],
         Generation.MI355X: 0.5,
     }
     assert rewritten.measured == load_figures().measured

@@ -6,9 +6,10 @@ import statistics
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from orchestrator.core.generations import Generation
-from orchestrator.fleet.figures import load_figures
+from orchestrator.fleet.figures import calibration_path, load_figures, parse_figures
 from orchestrator.fleet.step_cost import StepCostModel, StepWork
 from orchestrator.fleet.workload import WorkloadSampler
 
@@ -177,3 +178,32 @@ def test_the_same_seed_draws_the_same_lengths() -> None:
 
 def test_different_seeds_draw_different_lengths() -> None:
     assert WorkloadSampler(seed=1).draw_many(200) != WorkloadSampler(seed=2).draw_many(200)
+
+
+def _raw_figures() -> dict[str, object]:
+    loaded: dict[str, object] = yaml.safe_load(calibration_path().read_text())
+    return loaded
+
+
+def test_a_generation_without_an_mlperf_row_is_calibrated_on_its_published_ratio() -> None:
+    figures = load_figures()
+    mi355x = figures.measured[Generation.MI355X].offline_tokens_per_s
+    assert figures.offline_target_tokens_per_s(Generation.MI350X) == pytest.approx(0.80 * mi355x)
+    assert figures.offline_target_tokens_per_s(Generation.MI355X) == mi355x
+    assert figures.offline_target_tokens_per_s(Generation.MI325X) is None
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"reference": "MI325X", "offline_ratio": 0.8}, "reference must have measured figures"),
+        ({"reference": "MI355X", "offline_ratio": 0.0}, "offline_ratio"),
+    ],
+)
+def test_a_relative_figure_without_a_measured_reference_or_a_sane_ratio_is_refused(
+    row: dict[str, object], message: str
+) -> None:
+    raw = _raw_figures()
+    raw["relative"] = {"MI350X": row}
+    with pytest.raises(ValueError, match=message):
+        parse_figures(raw)

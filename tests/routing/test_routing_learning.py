@@ -59,7 +59,9 @@ def test_from_an_all_equal_prior_the_estimator_finds_the_ratio_within_two_minute
         f"({at:.0f}, {value:.2f})" for at, value in curve
     ))  # fmt: skip
     after = [value for at, value in curve if at >= LEARNED_BY_S]
-    assert after and all(value == pytest.approx(true_ratio, rel=0.15) for value in after)
+    # The ratio is the fleet model's at steady state; four minutes from an empty fleet run on a
+    # lighter batch, where MI355X does up to ~8% better (docs/fleet-model.md), hence 0.15 + 0.05.
+    assert after and all(value == pytest.approx(true_ratio, rel=0.20) for value in after)
 
     proportional = capacity(Generation.MI355X) / sum(capacity(g) for g in FLEET)
     for replica_id in ("r0", "r1"):

@@ -9,6 +9,7 @@ and not with the luck of the draw, and a search over the rate converges.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from orchestrator.bench.virtual_fleet import Arrival
@@ -49,6 +50,26 @@ class UnitStream:
                 break
             out.append(Arrival(unit / rate_per_s, prompt, output))
         return out
+
+
+def stream_arrivals(seed: int, rate_per_s: float, duration_s: float) -> Iterator[Arrival]:
+    """`UnitStream(seed).arrivals(rate_per_s, duration_s)`, drawn as it is read and kept nowhere.
+
+    For one long run (memory stays flat with the simulated time); a search that replays the
+    stream at several rates keeps a `UnitStream`.
+    """
+    if rate_per_s <= 0:
+        raise ValueError(f"rate must be > 0, got {rate_per_s}")
+    gaps = random.Random(seed * 7919 + 1)
+    sampler = WorkloadSampler(seed=seed)
+    horizon = rate_per_s * duration_s
+    unit = 0.0
+    while True:
+        unit += gaps.expovariate(1.0)
+        if unit > horizon:
+            return
+        sample = sampler.draw()
+        yield Arrival(unit / rate_per_s, sample.input_tokens, sample.output_tokens)
 
 
 def offline_samples(count: int, seed: int) -> list[Arrival]:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.bench.simulate.fleet_spec import build_profile
-from orchestrator.bench.simulate.samples import UnitStream
+from orchestrator.bench.simulate.samples import UnitStream, stream_arrivals
 from orchestrator.bench.virtual_fleet import Arrival, ReplicaSpec, VirtualFleet
 from orchestrator.fleet.figures import load_figures
 from orchestrator.sim.virtual import percentile
@@ -103,6 +103,22 @@ class OfflineResult:
         return self.output_tokens / self.end_s if self.end_s > 0 else 0.0
 
 
+@dataclass(slots=True)
+class _Tally:
+    """Arrivals at or after `from_s` (the measured window), counted as they pass by."""
+
+    from_s: float
+    measured: int = 0
+    output_tokens: int = 0
+
+    def count(self, arrivals: Iterable[Arrival]) -> Iterator[Arrival]:
+        for arrival in arrivals:
+            if arrival.at_s >= self.from_s:
+                self.measured += 1
+                self.output_tokens += arrival.output_tokens
+            yield arrival
+
+
 def _fleet(specs: Sequence[ReplicaSpec], profile: str, limits: LatencyLimits) -> VirtualFleet:
     return VirtualFleet(
         specs, build_profile(profile), target_ttft_s=limits.ttft_s, target_tpot_s=limits.tpot_s,
@@ -143,11 +159,18 @@ def probe_server(
     *,
     stop_when_overloaded: bool = True,
 ) -> ServerProbe:
-    """One Server run at `rate_per_s` (arrivals from `stream`, or a fresh one for the seed)."""
-    stream = stream or UnitStream(settings.seed)
+    """One Server run at `rate_per_s` (arrivals from `stream`, or drawn as they are due).
+
+    Without a `stream` no arrival is kept once routed, so memory stays flat with the duration.
+    """
     limits = settings.limits
-    arrivals = stream.arrivals(rate_per_s, settings.warmup_s + settings.duration_s)
-    measured = [a for a in arrivals if a.at_s >= settings.warmup_s]
+    horizon_s = settings.warmup_s + settings.duration_s
+    tally = _Tally(settings.warmup_s)
+    arrivals = tally.count(
+        stream.arrivals(rate_per_s, horizon_s)
+        if stream is not None
+        else stream_arrivals(settings.seed, rate_per_s, horizon_s)
+    )
     fleet = _fleet(specs, profile, limits)
     backlog = max(50.0, rate_per_s * OVERLOAD_BACKLOG_S)
     overloaded = False
@@ -167,9 +190,11 @@ def probe_server(
     cpu, wall = time.process_time(), time.perf_counter()
     cut = settings.warmup_s + settings.duration_s + 10.0 * limits.ttft_s
     run = fleet.run(arrivals, until_s=cut, on_scrape=watch, measure_from_s=settings.warmup_s)
-    misses = [math.inf] * max(0, len(measured) - len(run.ttfts_s))
+    for _ in arrivals:  # a run stopped early leaves arrivals unread: they count all the same
+        pass
+    misses = [math.inf] * max(0, tally.measured - len(run.ttfts_s))
     ttfts = [*run.ttfts_s, *misses]
-    tokens = sum(a.output_tokens for a in measured)
+    tokens = tally.output_tokens
     start_s, start_tokens = generated.get("start", (0.0, 0))
     end_s, end_tokens = generated.get("end", (start_s, start_tokens))
     delivered = (end_tokens - start_tokens) / (end_s - start_s) if end_s > start_s else 0.0
@@ -177,7 +202,7 @@ def probe_server(
         rate_per_s=rate_per_s,
         tokens_per_s=tokens / settings.duration_s,
         delivered_tokens_per_s=delivered,
-        measured=len(measured),
+        measured=tally.measured,
         ttft_p50_s=percentile(ttfts, 50),
         ttft_p99_s=percentile(ttfts, 99),
         tpot_p50_s=percentile(run.tpots_s, 50),

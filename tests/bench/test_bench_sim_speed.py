@@ -1,0 +1,39 @@
+"""The side-by-side simulation-speed bench: probes in fresh processes, digests that compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+from orchestrator.bench.simulate import speed
+
+TREE = Path(orchestrator.__file__).resolve().parent.parent
+
+
+def test_a_tree_beside_itself_makes_the_same_picks_and_results() -> None:
+    comparisons, growth = speed.compare(TREE, TREE, [2, 3], minutes=0.2, repeats=1, seed=4)
+    assert [c.replicas for c in comparisons] == [2, 3]
+    for c in comparisons:
+        assert c.same_picks and c.same_results
+        assert c.current.requests > 20 and c.current.steps > c.current.requests
+        assert c.current.cpu_s > 0 and c.current.peak_rss_bytes > 10 << 20
+    assert growth.replicas == 3 and growth.short_minutes == pytest.approx(0.04)
+    table = speed.format_table(comparisons, growth)
+    assert "same   same" in table and "peak memory, 3 replicas" in table
+
+
+def test_another_seed_changes_the_picks_digest() -> None:
+    first = speed.run_probe(TREE, 2, 0.1, seed=1)
+    second = speed.run_probe(TREE, 2, 0.1, seed=2)
+    assert first["picks_digest"] != second["picks_digest"]
+
+
+def test_a_baseline_without_a_virtual_fleet_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        speed.main(["--baseline", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "holds no orchestrator/ tree" in capsys.readouterr().err
