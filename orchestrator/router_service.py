@@ -19,12 +19,13 @@ from prometheus_client import CollectorRegistry
 
 from orchestrator.admission.controller import AdmissionController, FleetRoom
 from orchestrator.admission.keys import ApiKey, KeyAuthority
-from orchestrator.admission.limits import KeyLease, KeyLimiter
+from orchestrator.admission.limits import KeyLease, KeyLimiter, check_background
 from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import Replica, ReplicaState
+from orchestrator.core.slo import MLPERF_TPOT_S, MLPERF_TTFT_S, SloTargets
 from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
 from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
 from orchestrator.forwarding.event_stream import RESPONSES_PATH, response_id
@@ -43,22 +44,21 @@ from orchestrator.table.static_file import load_replicas_file
 
 log = logging.getLogger(__name__)
 
-TARGET_TTFT_S = 3.0
-TARGET_TPOT_S = 0.08
 REQUEST_DEADLINE_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
 class RouterSettings:
-    """Targets and limits of one router, in wall-clock seconds.
+    """Targets and limits of one router.
 
-    `latency_scale` stretches the latency targets and the request deadline for a simulated fleet
-    that runs `latency_scale` times slower than real hardware (the replicas' `timeScale`).
+    `slo` holds the latency targets per model and request class, in seconds on real hardware
+    (MLPerf's 3 s TTFT and 80 ms TPOT unless the operator states others). `latency_scale` says
+    only that the replicas are simulated and run that many times slower (their `timeScale`):
+    every time the router compares against (targets, deadline, queue timeout) is stretched by it.
     """
 
     latency_scale: float = 1.0
-    target_ttft_s: float = TARGET_TTFT_S
-    target_tpot_s: float = TARGET_TPOT_S
+    slo: SloTargets = field(default_factory=SloTargets)
     request_deadline_s: float = REQUEST_DEADLINE_S
     connect_timeout_s: float = 2.0
     scrape_interval_s: float = DEFAULT_INTERVAL_S
@@ -67,7 +67,7 @@ class RouterSettings:
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
     def __post_init__(self) -> None:
-        for name in ("latency_scale", "target_ttft_s", "target_tpot_s", "request_deadline_s"):
+        for name in ("latency_scale", "request_deadline_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise OrchestratorError(
@@ -75,12 +75,14 @@ class RouterSettings:
                 )
 
     @property
-    def scaled_ttft_s(self) -> float:
-        return self.target_ttft_s * self.latency_scale
+    def wall_slo(self) -> SloTargets:
+        """The targets in wall seconds (stretched by the latency scale)."""
+        return self.slo.scaled(self.latency_scale)
 
     @property
-    def scaled_tpot_s(self) -> float:
-        return self.target_tpot_s * self.latency_scale
+    def reference_tpot_s(self) -> float:
+        """The TPOT target (wall s) the replicas' capacity priors are stated at: MLPerf's."""
+        return MLPERF_TPOT_S * self.latency_scale
 
     @property
     def scaled_deadline_s(self) -> float:
@@ -126,10 +128,14 @@ class RouterService:
         self.clock = clock or MonotonicClock()
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.metrics = RouterMetrics(self.registry)
-        self.fleet = FleetState()
+        self.slo = self.settings.wall_slo
+        self.metrics.show_targets(self.slo, tuple(table.snapshot().models))
+        self.fleet = FleetState(self.settings.reference_tpot_s)
         self.fleet.sync(table.snapshot())
         self.estimator = CapacityEstimator(
-            target_ttft_s=self.settings.scaled_ttft_s, target_tpot_s=self.settings.scaled_tpot_s
+            target_ttft_s=MLPERF_TTFT_S * self.settings.latency_scale,
+            target_tpot_s=self.settings.reference_tpot_s,
+            load_tpot_s=min(target.tpot_s for _, _, target in self.slo.rows()),
         )
         self.breakers = CircuitBreakers(self.fleet, self.settings.breaker, self.clock)
         self.upstream = UpstreamPool(self.settings.upstream)
@@ -141,9 +147,7 @@ class RouterService:
             upstream=self.upstream,
             metrics=self.metrics,
             settings=DispatchSettings(
-                target_ttft_s=self.settings.scaled_ttft_s,
-                target_tpot_s=self.settings.scaled_tpot_s,
-                connect_timeout_s=self.settings.connect_timeout_s,
+                slo=self.slo, connect_timeout_s=self.settings.connect_timeout_s
             ),
             clock=self.clock,
         )
@@ -241,15 +245,17 @@ class RouterService:
         A request that continues a stored response goes to its holder (NOT_FOUND when gone);
         the id of every response made on `RESPONSES_PATH` is remembered with its replica.
         """
-        if ctx.stored_response_id is not None and ctx.replica_id is None:
-            holder = await self.stored_responses.holder(
-                ctx.stored_response_id, param="previous_response_id"
-            )
-            ctx = dataclasses.replace(ctx, replica_id=holder.replica_id)
         lease: KeyLease | None = None
         if key is not None:
+            if ctx.background:
+                check_background(key)
             lease = self.key_limiter.acquire(key)
         try:
+            if ctx.stored_response_id is not None and ctx.replica_id is None:
+                holder = await self.stored_responses.holder(
+                    ctx.stored_response_id, param="previous_response_id", model=ctx.model
+                )
+                ctx = dataclasses.replace(ctx, replica_id=holder.replica_id)
             ticket = await self.admission.admit(ctx.model, ctx.priority)
         except BaseException:
             if lease is not None:
@@ -291,9 +297,23 @@ class RouterService:
         return [replica for *_, replica in sorted(found)]
 
     async def stored_response(
-        self, response_id: str, *, cancel: bool = False, body: bytes = b""
+        self,
+        response_id: str,
+        *,
+        cancel: bool = False,
+        body: bytes = b"",
+        key: ApiKey | None = None,
     ) -> WholeReply:
-        """Retrieve (GET) or cancel (POST .../cancel) a stored response, on its holder only."""
+        """Retrieve (GET) or cancel (POST .../cancel) a stored response, on its holder only;
+        it counts against `key`'s request limits before anything is looked for."""
+        lease = None if key is None else self.key_limiter.acquire(key)
+        try:
+            return await self._stored_response(response_id, cancel, body)
+        finally:
+            if lease is not None:
+                lease.finish(0)
+
+    async def _stored_response(self, response_id: str, cancel: bool, body: bytes) -> WholeReply:
         holder = await self.stored_responses.holder(response_id)
         path = f"{RESPONSES_PATH}/{response_id}" + ("/cancel" if cancel else "")
         try:
@@ -318,11 +338,12 @@ class RouterService:
             self.routable_of(model), method, path, body, deadline_s=self.deadline_s()
         )
 
-    def room_of(self, model: str) -> FleetRoom | None:
-        """The concurrent requests the routable replicas of `model` sustain within the TPOT
-        target (capacity × TPOT, Little's law), and what other routers run on them."""
+    def room_of(self, model: str, slo_class: str) -> FleetRoom | None:
+        """The concurrent requests of `slo_class` the routable replicas of `model` sustain within
+        that class's TPOT target (`ReplicaStats.concurrency_capacity`), and what other routers
+        run on them."""
         table = self.table.snapshot()
-        tpot_s = self.settings.scaled_tpot_s
+        tpot_s = self.slo.target(model, slo_class).tpot_s
         capacity = 0.0
         others = 0
         for candidate in self.fleet.candidates(table):

@@ -1,8 +1,11 @@
 """Admission against the fleet's capacity: admit while there is room, queue briefly, else 429.
 
-Room is the fleet's concurrent capacity: for every routable replica of the model, the estimator's
-capacity (output tokens/s within the TPOT target) times the TPOT target (Little's law: rate ×
-time per token = sequences decoding at once), minus what other routers run there. Admitted
+Room is the fleet's concurrent capacity for the request's class: for every routable replica of
+the model, the sequences it decodes at once within that class's TPOT target
+(`ReplicaStats.concurrency_capacity`), minus what other routers run there. Classes with different
+targets share the fleet in proportion: a request of class k takes 1 / room(k) of it, so a batch
+request with a loose target (a large room) takes a smaller share than an interactive one with a
+tight target, and the load a class sees is Σ_j active_j · room(k) / room(j). Admitted
 requests hold a slot until their last byte. A request that finds no room waits in a short queue;
 one that cannot be served within the queue timeout is refused at once rather than after waiting,
 with a `Retry-After`: the queue is full, or its predicted wait passes half the timeout. The
@@ -47,9 +50,9 @@ class FleetRoom:
     others: int = 0
 
 
-RoomOf = Callable[[str], FleetRoom | None]
-"""The room for a model now, or None when no routable replica serves it (admission then steps
-aside and the dispatcher answers 404 or 503)."""
+RoomOf = Callable[[str, str], FleetRoom | None]
+"""The room for a model and request class now, or None when no routable replica serves it
+(admission then steps aside and the dispatcher answers 404 or 503)."""
 
 
 class _Waiter:
@@ -64,13 +67,17 @@ class _Waiter:
 class _Lane:
     """One model's admitted count, queues and release statistics."""
 
-    __slots__ = ("active", "checked_s", "hold_s", "model", "queues", "room", "served")
+    __slots__ = (
+        "active", "active_by", "checked_s", "hold_s", "model", "queues", "room", "rooms", "served",
+    )  # fmt: skip
 
     def __init__(self, model: str) -> None:
         self.model = model
         self.active = 0
+        self.active_by: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self.queues: dict[Priority, deque[_Waiter]] = {p: deque() for p in Priority}
-        self.room: FleetRoom | None = None
+        self.room: FleetRoom | None = None  # the interactive class's: None, no replica
+        self.rooms: dict[Priority, FleetRoom] = {}
         self.checked_s = -math.inf
         self.served: deque[float] = deque(maxlen=MAX_SERVED)  # when waiters were admitted
         self.hold_s: float | None = None  # mean seconds an admitted request holds its slot
@@ -82,19 +89,24 @@ class _Lane:
 class Ticket:
     """An admitted request's slot; `release()` once its answer ended (more calls do nothing)."""
 
-    __slots__ = ("_controller", "_lane", "_since_s")
+    __slots__ = ("_controller", "_lane", "_priority", "_since_s")
 
     def __init__(
-        self, controller: AdmissionController | None, lane: _Lane | None, since_s: float = 0.0
+        self,
+        controller: AdmissionController | None,
+        lane: _Lane | None,
+        since_s: float = 0.0,
+        priority: Priority = Priority.INTERACTIVE,
     ) -> None:
         self._controller = controller
         self._lane = lane
         self._since_s = since_s
+        self._priority = priority
 
     def release(self) -> None:
         controller, self._controller = self._controller, None
         if controller is not None and self._lane is not None:
-            controller.released(self._lane, self._since_s)
+            controller.released(self._lane, self._since_s, self._priority)
 
 
 UNLIMITED: Final = Ticket(None, None)
@@ -132,12 +144,12 @@ class AdmissionController:
             return UNLIMITED
         if lane is None:
             lane = self._lanes[model] = _Lane(model)
-            lane.room, lane.checked_s = room, now_s
-        if not self._ahead_of(lane, priority) and lane.active < self._limit(room, priority):
+            self._room(model, lane, now_s)
+        if not self._ahead_of(lane, priority) and self._fits(lane, priority):
             return self._admitted(lane, priority, now_s)
         self._make_room_in_queue(lane, priority)
         position = self._position(lane, priority)
-        wait_s = self._predicted_wait_s(lane, position, self._limit(room, priority))
+        wait_s = self._predicted_wait_s(lane, position, self._slots(lane, priority))
         if wait_s is None or wait_s > WAIT_MARGIN * self.queue_timeout_s:
             raise self._refuse(priority, "refused_wait", wait_s or self._retry_s(lane))
         waiter = _Waiter(loop.create_future(), priority, now_s)
@@ -159,13 +171,19 @@ class AdmissionController:
         if self._metrics is not None:
             self._metrics.decisions.labels(priority.value, "queued").inc()
             self._metrics.wait.labels(priority.value).observe(admitted_s - waiter.since_s)
-        return Ticket(self, lane, admitted_s)
+        return Ticket(self, lane, admitted_s, priority)
 
     # -- the slot's side -------------------------------------------------------------------------
 
-    def released(self, lane: _Lane, since_s: float | None = None) -> None:
+    def released(
+        self,
+        lane: _Lane,
+        since_s: float | None = None,
+        priority: Priority = Priority.INTERACTIVE,
+    ) -> None:
         """A slot came back; `since_s` is when it was taken (None: it never served)."""
         lane.active = max(0, lane.active - 1)
+        lane.active_by[priority] = max(0, lane.active_by[priority] - 1)
         if self._metrics is not None:
             self._metrics.active.dec()
         now_s = asyncio.get_running_loop().time()
@@ -198,13 +216,19 @@ class AdmissionController:
     # -- internals -------------------------------------------------------------------------------
 
     def _room(self, model: str, lane: _Lane | None, now_s: float) -> FleetRoom | None:
+        """The interactive class's room (refreshing every class's on the lane when stale)."""
         if lane is not None and now_s - lane.checked_s < CAPACITY_TTL_S:
             return lane.room
-        room = self._room_of(model)
-        if room is not None and room.capacity <= 0:
-            room = None
+        rooms: dict[Priority, FleetRoom] = {}
+        for priority in Priority:
+            found = self._room_of(model, priority.value)
+            if found is None or found.capacity <= 0:
+                rooms = {}
+                break
+            rooms[priority] = found
+        room = rooms.get(Priority.INTERACTIVE)
         if lane is not None:
-            lane.room, lane.checked_s = room, now_s
+            lane.room, lane.rooms, lane.checked_s = room, rooms, now_s
         if room is not None and self._metrics is not None:
             self._metrics.capacity.set(room.capacity)
         return room
@@ -212,6 +236,29 @@ class AdmissionController:
     def _limit(self, room: FleetRoom, priority: Priority) -> float:
         share = 1.0 if priority is Priority.INTERACTIVE else 1.0 - self.settings.batch_reserve
         return max(1.0, room.capacity * self.settings.capacity_factor * share) - room.others
+
+    def _slots(self, lane: _Lane, priority: Priority) -> float:
+        room = lane.rooms.get(priority)
+        return 1.0 if room is None else self._limit(room, priority)
+
+    @staticmethod
+    def _load(lane: _Lane, priority: Priority) -> float:
+        """Admitted requests in units of `priority`'s: each class's count × room(k) / room(j)."""
+        room = lane.rooms.get(priority)
+        if room is None:
+            return float(lane.active)
+        load = 0.0
+        for other, count in lane.active_by.items():
+            if count:
+                other_room = lane.rooms.get(other, room)
+                load += count * room.capacity / other_room.capacity
+        return load
+
+    def _fits(self, lane: _Lane, priority: Priority) -> bool:
+        """Whether one more request of `priority` fits (no room known: it does)."""
+        if not lane.rooms:
+            return True
+        return self._load(lane, priority) < self._slots(lane, priority)
 
     @staticmethod
     def _ahead_of(lane: _Lane, priority: Priority) -> bool:
@@ -246,8 +293,9 @@ class AdmissionController:
         return None
 
     def _retry_s(self, lane: _Lane) -> float:
-        slots = 1.0 if lane.room is None else self._limit(lane.room, Priority.INTERACTIVE)
-        wait_s = self._predicted_wait_s(lane, lane.queued() + 1, slots)
+        wait_s = self._predicted_wait_s(
+            lane, lane.queued() + 1, self._slots(lane, Priority.INTERACTIVE)
+        )
         return self.queue_timeout_s if wait_s is None else max(wait_s, self.queue_timeout_s)
 
     def _make_room_in_queue(self, lane: _Lane, priority: Priority) -> None:
@@ -268,10 +316,11 @@ class AdmissionController:
 
     def _admitted(self, lane: _Lane, priority: Priority, now_s: float) -> Ticket:
         lane.active += 1
+        lane.active_by[priority] += 1
         if self._metrics is not None:
             self._metrics.active.inc()
             self._metrics.decisions.labels(priority.value, "admitted").inc()
-        return Ticket(self, lane, now_s)
+        return Ticket(self, lane, now_s, priority)
 
     def _refuse(self, priority: Priority, reason: str, retry_after_s: float) -> Refused:
         if self._metrics is not None:
@@ -291,23 +340,24 @@ class AdmissionController:
         self._depth(waiter.priority, len(queue))
         future = waiter.future
         if future.done() and not future.cancelled() and future.exception() is None:
-            self.released(lane, None)  # woken in the same tick it timed out or was cancelled
+            self.released(lane, None, waiter.priority)  # woken as it timed out or was cancelled
         else:
             future.cancel()
 
     def _pump(self, lane: _Lane, now_s: float) -> None:
         """Wake waiters while there is room: every interactive one first, then batch."""
-        room = self._room(lane.model, lane, now_s)
+        self._room(lane.model, lane, now_s)
         for priority in (Priority.INTERACTIVE, Priority.BATCH):
             queue = lane.queues[priority]
             while queue:
-                if room is not None and lane.active >= self._limit(room, priority):
+                if not self._fits(lane, priority):
                     break
                 waiter = queue.popleft()
                 if waiter.future.done():
                     continue
                 lane.served.append(now_s)
                 lane.active += 1
+                lane.active_by[priority] += 1
                 if self._metrics is not None:
                     self._metrics.active.inc()
                 waiter.future.set_result(None)

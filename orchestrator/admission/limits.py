@@ -18,8 +18,21 @@ from typing import Final
 from orchestrator.admission.errors import Refused
 from orchestrator.admission.keys import ApiKey, KeyLimits
 from orchestrator.admission.metrics import AdmissionMetrics
+from orchestrator.core.errors import ErrorCode, OrchestratorError
 
 DEFAULT_MAX_KEYS: Final = 10_000
+
+
+def check_background(key: ApiKey) -> None:
+    """Refuse a `background` response for a key with an output-token limit: it answers before
+    its tokens exist, so they could count neither against the limit nor in admission."""
+    if key.limits.output_tokens_per_s is not None:
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"`background` responses are not available to key {key.key_id!r}: it has an "
+            "output-token limit, which a background response's tokens would not count against",
+            param="background",
+        )
 
 
 class TokenBucket:

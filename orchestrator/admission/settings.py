@@ -10,6 +10,7 @@ from orchestrator.routing.context import Priority
 DEFAULT_MAX_QUEUE = 1024
 DEFAULT_QUEUE_TIMEOUT_S = 1.0
 DEFAULT_BATCH_RESERVE = 0.1
+DEFAULT_CAPACITY_FACTOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class AdmissionSettings:
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     batch_reserve: float = DEFAULT_BATCH_RESERVE
-    capacity_factor: float = 1.0
+    capacity_factor: float = DEFAULT_CAPACITY_FACTOR
     default_priority: Priority = Priority.INTERACTIVE
 
     def __post_init__(self) -> None:

@@ -41,9 +41,10 @@ from pathlib import Path
 import aiohttp
 
 from orchestrator.core.generations import Generation, parse_generation
+from orchestrator.core.slo import MLPERF_TPOT_S as TARGET_TPOT_S
+from orchestrator.core.slo import MLPERF_TTFT_S as TARGET_TTFT_S
 from orchestrator.fleet.step_cost import StepCostModel, StepWork
-from orchestrator.router_service import TARGET_TPOT_S, TARGET_TTFT_S
-from orchestrator.routing.estimator import HEADROOM
+from orchestrator.routing.stats import HEADROOM
 
 MODEL = "openai/gpt-oss-120b"
 FILLER = "fleet status report line "  # 25 bytes: about six tokens at four bytes a token

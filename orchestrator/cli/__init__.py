@@ -122,15 +122,18 @@ def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
 
-    from orchestrator.cli import router_limits
+    from orchestrator.cli import router_limits, router_slo
     from orchestrator.forwarding.upstream import UpstreamSettings
     from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
     from orchestrator.frontends.http.server import Listen, serve
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
+    from orchestrator.table.static_file import load_replicas_slo
 
+    file_targets = load_replicas_slo(Path(args.config)) if args.config else None
     settings = RouterSettings(
         latency_scale=args.latency_scale,
+        slo=router_slo.targets(args, file_targets),
         upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
     )
@@ -198,8 +201,9 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
     router.add_argument(
         "--latency-scale", type=_positive_float, default=1.0,
-        help="multiply the latency targets (TTFT 3 s, TPOT 0.08 s) and the request deadline "
-        "(600 s) by this, for simulated replicas slowed down by their timeScale (default 1)",
+        help="the replicas are simulated and run this many times slower than real hardware (their"
+        " timeScale): the latency targets, the request deadline (600 s) and the queue timeout"
+        " are stretched by it (default 1)",
     )  # fmt: skip
     keys = router.add_mutually_exclusive_group()
     keys.add_argument("--api-keys-file", help="require one of these keys (one per line)")
@@ -218,8 +222,9 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )  # fmt: skip
     tls.add_client_flags(router, "control-plane", what="the control plane")
     tls.add_client_flags(router, "replica", what="https:// replicas")
-    from orchestrator.cli import router_limits
+    from orchestrator.cli import router_limits, router_slo
 
+    router_slo.add_flags(router)
     router_limits.add_flags(router)
     router.set_defaults(handler=cmd_router)
 
@@ -307,7 +312,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         from orchestrator.up.admin import format_status
 
         status = client.status()
-        return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+        if args.router is None:
+            return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+        from orchestrator.up.slo_status import format_router_slo, router_slo
+
+        slo = router_slo(args.router)
+        if args.json:
+            return json.dumps({**status.to_json(), "slo": slo.to_json()}, indent=2)
+        return f"{format_status(status)}\n{format_router_slo(slo)}"
 
     return _operator(show)(args)
 
@@ -391,6 +403,11 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
     status = operator("status", "sites, pools and replicas: generation, state, capacity, load")
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    status.add_argument(
+        "--router", metavar="URL",
+        help="also show this router's latency targets and SLO attainment per class and pool"
+        " (e.g. http://127.0.0.1:8000)",
+    )  # fmt: skip
     status.set_defaults(handler=cmd_status)
     drain = operator("drain", "stop new requests to a pool (size 0) or one replica")
     drain.add_argument("target", metavar="POOL|REPLICA")

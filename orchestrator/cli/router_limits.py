@@ -6,6 +6,7 @@ import argparse
 
 from orchestrator.admission.settings import (
     DEFAULT_BATCH_RESERVE,
+    DEFAULT_CAPACITY_FACTOR,
     DEFAULT_MAX_QUEUE,
     DEFAULT_QUEUE_TIMEOUT_S,
     AdmissionSettings,
@@ -20,6 +21,13 @@ def _share(raw: str) -> float:
     value = _non_negative_float(raw)
     if value >= 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def _positive(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {raw}")
     return value
 
 
@@ -45,6 +53,11 @@ def add_flags(router: argparse.ArgumentParser) -> None:
         f" (default {DEFAULT_BATCH_RESERVE})",
     )  # fmt: skip
     router.add_argument(
+        "--capacity-factor", type=_positive, default=DEFAULT_CAPACITY_FACTOR,
+        help="admit up to this multiple of the fleet's estimated capacity within the targets"
+        f" (default {DEFAULT_CAPACITY_FACTOR:g})",
+    )  # fmt: skip
+    router.add_argument(
         "--default-priority", choices=[p.value for p in Priority],
         default=Priority.INTERACTIVE.value,
         help="class of a request that names none (default interactive)",
@@ -61,5 +74,6 @@ def admission_settings(args: argparse.Namespace) -> AdmissionSettings:
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout,
         batch_reserve=args.batch_reserve,
+        capacity_factor=args.capacity_factor,
         default_priority=Priority(args.default_priority),
     )

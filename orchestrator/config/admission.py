@@ -6,6 +6,7 @@
         maxQueue: 1024           # requests that may wait for admission
         queueTimeoutS: 1.0       # the longest wait, times the router's latency scale
         batchReserve: 0.1        # share of capacity batch requests leave to interactive ones
+        capacityFactor: 1.0      # admit up to this multiple of the estimated capacity
         defaultPriority: interactive
         streamBufferBytes: 1048576   # a client this far behind a stream has it cut
 
@@ -33,6 +34,9 @@ class AdmissionSpec(BaseModel):
     batch_reserve: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
         default=0.1, alias="batchReserve"
     )
+    capacity_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        default=1.0, alias="capacityFactor"
+    )
     default_priority: Literal["interactive", "batch"] = Field(
         default="interactive", alias="defaultPriority"
     )
@@ -48,6 +52,7 @@ class AdmissionSpec(BaseModel):
             "--max-queue", str(self.max_queue),
             "--queue-timeout", str(self.queue_timeout_s),
             "--batch-reserve", str(self.batch_reserve),
+            "--capacity-factor", str(self.capacity_factor),
             "--default-priority", self.default_priority,
             "--stream-buffer-bytes", str(self.stream_buffer_bytes),
         ]  # fmt: skip

@@ -12,7 +12,8 @@
          replicas: 2, gpusPerReplica: 1, engineArgs: ["--max-num-seqs", "256"]}
       - {name: us-legacy, site: us, generation: MI300X, engine: external,
          endpoints: ["http://10.1.0.9:8000"]}
-    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10}
+    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10,
+             slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
                                           # replicaTls: {caFile, certFile, keyFile} (checks)
@@ -33,7 +34,8 @@ What is checked, beyond types (every check names the field, and lists the allowe
 
 Defaults are documented, never substituted for a bad value: a `sim` pool without `timeScale` runs
 in real time (1.0); `router.latencyScale` defaults to the largest `timeScale` of the sim pools (the
-router's latency targets stretch as the simulated engines slow down), else 1.0.
+router's latency targets stretch as the simulated engines slow down), else 1.0; `router.slo`
+defaults to MLPerf's Server limits (3 s TTFT, 80 ms TPOT) for every class.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from orchestrator.config.admission import AdmissionSpec
 from orchestrator.config.errors import ConfigProblem, field_path
 from orchestrator.config.fabric_health import FabricHealthSpec
+from orchestrator.config.slo import SloSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Site
@@ -267,8 +270,9 @@ class PoolSpec(_Strict):
 class RouterSpec(_Strict):
     """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports and latency scale.
 
-    `latency_scale` stretches the router's latency targets for slowed-down engines; after the whole
-    config is validated it is never `None` (see the module docstring for its default).
+    `latency_scale` says the simulated engines run that much slower, so the router stretches its
+    latency targets by it; after the whole config is validated it is never `None` (see the module
+    docstring for its default). `slo` holds the targets (one model: no `models` entries).
     """
 
     profile: str = DEFAULT_PROFILE
@@ -276,6 +280,17 @@ class RouterSpec(_Strict):
     grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
     admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
+    slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
+
+    @field_validator("slo")
+    @classmethod
+    def _one_model(cls, value: SloSpec) -> SloSpec:
+        if value.models:
+            raise ValueError(
+                "`models` entries belong in a replicas file; the config serves one model, whose"
+                " targets are `ttftS`, `tpotS` and `classes` here"
+            )
+        return value
 
     @field_validator("profile")
     @classmethod

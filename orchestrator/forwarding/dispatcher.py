@@ -31,6 +31,7 @@ from typing import Final
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import Replica
+from orchestrator.core.slo import SloOutcome, SloTarget, SloTargets
 from orchestrator.forwarding.breaker import CircuitBreakers
 from orchestrator.forwarding.event_stream import (
     COMPLETIONS_FRAMING,
@@ -75,10 +76,9 @@ class UpstreamErrorKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class DispatchSettings:
-    """Latency targets for routing views (wall seconds) and the per-attempt connect timeout."""
+    """Latency targets per model and class (wall seconds) and the per-attempt connect timeout."""
 
-    target_ttft_s: float
-    target_tpot_s: float
+    slo: SloTargets
     connect_timeout_s: float = 2.0
 
 
@@ -105,12 +105,21 @@ class UpstreamReply:
 class _Attempt:
     """One try on one replica, finished exactly once (FleetState, breaker and metrics agree)."""
 
-    __slots__ = ("done", "first_token_s", "replica", "series", "started_s")
+    __slots__ = ("done", "first_token_s", "replica", "series", "slo_class", "started_s", "target")
 
-    def __init__(self, replica: Replica, series: ReplicaSeries, started_s: float) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        series: ReplicaSeries,
+        started_s: float,
+        target: SloTarget,
+        slo_class: str,
+    ) -> None:
         self.replica = replica
         self.series = series
         self.started_s = started_s
+        self.target = target
+        self.slo_class = slo_class
         self.first_token_s: float | None = None
         self.done = False
 
@@ -131,11 +140,11 @@ class _Ledger:
         self._metrics = metrics
         self._clock = clock
 
-    def open(self, replica: Replica, start_s: float) -> _Attempt:
+    def open(self, replica: Replica, start_s: float, target: SloTarget, slo_class: str) -> _Attempt:
         series = self._metrics.series(replica)
-        self._fleet.started(replica)
+        self._fleet.started(replica, target.tpot_s)
         series.in_flight.inc()
-        return _Attempt(replica, series, start_s)
+        return _Attempt(replica, series, start_s, target, slo_class)
 
     def first_token(self, attempt: _Attempt) -> None:
         attempt.first_token_s = self._clock.now()
@@ -157,7 +166,7 @@ class _Ledger:
         `ok` means the replica's whole answer reached us (a 4xx answer included); a failure,
         the deadline or a client that went away make it false, and only a replica failure counts
         against the breaker. Non-streamed answers give no TTFT or TPOT: the router cannot see
-        when their tokens were made.
+        when their tokens were made, so their SLO outcome rests on the end-to-end target alone.
         """
         if attempt.done:
             return
@@ -168,17 +177,31 @@ class _Ledger:
         tpot_s = None
         if stream and attempt.first_token_s is not None and tokens > 1:
             tpot_s = (end_s - attempt.first_token_s) / (tokens - 1)
-        self._fleet.finished(attempt.replica, ok=ok, output_tokens=tokens, tpot_s=tpot_s)
+        self._fleet.finished(
+            attempt.replica,
+            ok=ok,
+            output_tokens=tokens,
+            tpot_s=tpot_s,
+            target_tpot_s=attempt.target.tpot_s,
+        )
         attempt.series.in_flight.dec()
         if replica_failed:
             self._breakers.failed(replica_id)
+            outcome = SloOutcome.FAILED
         elif ok:
             self._breakers.succeeded(replica_id)
-            attempt.series.e2e.observe(end_s - attempt.started_s)
+            e2e_s = end_s - attempt.started_s
+            attempt.series.e2e.observe(e2e_s)
             if tpot_s is not None:
                 attempt.series.tpot.observe(tpot_s)
+            ttft_s = None
+            if stream and attempt.first_token_s is not None:
+                ttft_s = attempt.first_token_s - attempt.started_s
+            outcome = attempt.target.outcome(ttft_s=ttft_s, tpot_s=tpot_s, e2e_s=e2e_s)
         else:
             self._breakers.released(replica_id)
+            outcome = SloOutcome.FAILED
+        self._metrics.slo_outcome(attempt.replica, attempt.slo_class, outcome)
 
     def upstream_error(self, replica: Replica, kind: UpstreamErrorKind) -> None:
         self._metrics.upstream_errors.labels(replica.replica_id, kind.value).inc()
@@ -230,10 +253,12 @@ class Dispatcher:
         now = self._clock.now()
         if deadline_s <= now:
             raise _deadline_error()
+        slo_class = ctx.priority.value
+        target = self.settings.slo.target(ctx.model, slo_class)
         if ctx.replica_id is not None:
             decision = _pinned(ctx.replica_id, table.replica(ctx.replica_id))
         else:
-            view = RoutingView(table, self.settings.target_ttft_s, self.settings.target_tpot_s, now)
+            view = RoutingView(table, target.ttft_s, target.tpot_s, now)
             decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
         primary = decision.primary
         self._metrics.decided(decision.profile, primary)
@@ -246,7 +271,7 @@ class Dispatcher:
                 failures.append(UpstreamErrorKind.CIRCUIT_OPEN.value)
                 continue
             try:
-                reply = await self._attempt(replica, path, body, deadline_s)
+                reply = await self._attempt(replica, path, body, deadline_s, target, slo_class)
             except _AttemptFailed as failure:
                 self._ledger.upstream_error(replica, failure.kind)
                 failures.append(failure.kind.value)
@@ -268,14 +293,20 @@ class Dispatcher:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def _attempt(
-        self, replica: Replica, path: str, body: bytes, deadline_s: float
+        self,
+        replica: Replica,
+        path: str,
+        body: bytes,
+        deadline_s: float,
+        target: SloTarget,
+        slo_class: str,
     ) -> UpstreamReply:
         start_s = self._clock.now()
         remaining_s = deadline_s - start_s
         if remaining_s <= 0:
             self._breakers.released(replica.replica_id)
             raise _deadline_error()
-        attempt = self._ledger.open(replica, start_s)
+        attempt = self._ledger.open(replica, start_s, target, slo_class)
         framing = framing_for(path)
         response: UpstreamResponse | None = None
         handed_over = False
@@ -315,7 +346,6 @@ class Dispatcher:
                 raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
             except TimeoutError:
                 raise _deadline_error() from None
-            self._ledger.first_token(attempt)
             relay = StreamRelay(self._ledger, attempt, response, first, framing)
             handed_over = True
             return UpstreamReply(response.status, headers, replica, chunks=relay)
@@ -347,7 +377,7 @@ class StreamRelay:
     """
 
     __slots__ = ("_attempt", "_done", "_end_watch", "_events", "_first", "_framing", "_last",
-                 "_ledger", "_previous", "_response", "head", "on_end")  # fmt: skip
+                 "_ledger", "_previous", "_response", "_unsent", "head", "on_end")  # fmt: skip
 
     def __init__(
         self,
@@ -364,8 +394,11 @@ class StreamRelay:
         self._first: bytes | None = first
         self.head = first  # the stream's first bytes (a response's id is in them)
         self._events = framing.counted_events(first)
+        if self._events:  # TTFT at the first output event (a Responses head carries none)
+            ledger.first_token(attempt)
         self._previous = b""
         self._last = first
+        self._unsent = False  # the chunk last yielded never reached the client
         self._end_watch = framing.end_watch()
         self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
         self.on_end: Callable[[int], None] | None = None
@@ -412,7 +445,10 @@ class StreamRelay:
         if not data:
             self._end(ok=True)
             raise StopAsyncIteration
-        self._events += self._framing.counted_events(data)
+        counted = self._framing.counted_events(data)
+        if counted and not self._events:
+            self._ledger.first_token(self._attempt)
+        self._events += counted
         self._previous, self._last = self._last, data
         self._done = self._end_watch.ends(data)
         return data
@@ -422,7 +458,12 @@ class StreamRelay:
 
     def error_event(self, error: OrchestratorError) -> bytes:
         """The terminal event that ends this stream with `error`, numbered after what was sent."""
-        return self._framing.error_event(error, self._previous + self._last)
+        sent = self._previous if self._unsent else self._previous + self._last
+        return self._framing.error_event(error, sent)
+
+    def unsent(self) -> None:
+        """The chunk last yielded was not passed on: the terminal event follows the one before."""
+        self._unsent = True
 
     def _end(self, *, ok: bool, replica_failed: bool = False) -> None:
         response, self._response = self._response, None

@@ -71,12 +71,13 @@ class Framing:
         return EndWatch(self.done_marker)
 
     def error_event(self, error: OrchestratorError, tail: bytes = b"") -> bytes:
-        """The terminal event for a stream that cannot go on (`tail`: the bytes last relayed)."""
+        """The terminal event for a stream that cannot go on (`tail`: the bytes last relayed).
+        It starts on an event boundary: when `tail` ends mid-event, a blank line ends that one
+        first, so the error is never read as part of it."""
         _, body = openai_error(error)
         if self.done_marker:
-            return (
-                b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n" + DONE_EVENT
-            )
+            data = json.dumps(body, separators=(",", ":")).encode()
+            return _boundary_after(tail) + b"data: " + data + b"\n\n" + DONE_EVENT
         last = _int_after(tail, _SEQUENCE)
         details = body["error"]
         event = {
@@ -86,7 +87,15 @@ class Framing:
             "param": details["param"],
             "sequence_number": 0 if last is None else last + 1,
         }
-        return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+        data = json.dumps(event, separators=(",", ":")).encode()
+        return _boundary_after(tail) + b"event: error\ndata: " + data + b"\n\n"
+
+
+def _boundary_after(tail: bytes) -> bytes:
+    """What ends the event that `tail` (relayed bytes) ends in: nothing at a boundary."""
+    if not tail or tail.endswith(b"\n\n"):
+        return b""
+    return b"\n" if tail.endswith(b"\n") else b"\n\n"
 
 
 class EndWatch:

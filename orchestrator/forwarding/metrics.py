@@ -1,10 +1,10 @@
 """The router's Prometheus metrics, defined once: requests, decisions, latencies, in flight,
-retries, upstream errors, circuits and estimated capacity.
+retries, upstream errors, circuits, estimated capacity, latency targets and SLO outcomes.
 
 Every family is registered on the `CollectorRegistry` passed in (nothing global), named
 `orchestrator_router_*`, and labelled only from: site, pool, generation, replica, code, frontend,
-profile, kind, model. Per-replica children are cached so the hot path does one dict lookup per
-metric.
+profile, kind, model, priority (the request's class), outcome. Per-replica children are cached
+so the hot path does one dict lookup per metric.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from orchestrator.core.records import Replica
+from orchestrator.core.slo import SloOutcome, SloTargets
 
 LATENCY_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
@@ -108,7 +109,23 @@ class RouterMetrics:
             ["model"],
             registry=registry,
         )
+        self.slo_target = Gauge(
+            "orchestrator_router_slo_target_seconds",
+            "The p99 latency target the router routes against (wall seconds), by model (* for"
+            " every model without its own), request class (priority) and kind (ttft, tpot, e2e).",
+            ["model", "priority", "kind"],
+            registry=registry,
+        )
+        self.slo_requests = Counter(
+            "orchestrator_router_slo_requests_total",
+            "Requests answered, by class (priority), site, pool, generation and SLO outcome: met,"
+            " missed_ttft, missed_tpot, missed_e2e, failed (counted once, on the replica that"
+            " answered).",
+            ["priority", "site", "pool", "generation", "outcome"],
+            registry=registry,
+        )
         self._series: dict[str, ReplicaSeries] = {}
+        self._outcomes: dict[tuple[str, str, str, str, SloOutcome], Counter] = {}
         self._replicas: dict[str, Replica] = {}  # every replica with series here, by id
         self._routable_models: set[str] = set()
         self._decisions: dict[tuple[str, str], Counter] = {}
@@ -136,6 +153,25 @@ class RouterMetrics:
             labels = (profile, primary.site, primary.pool, primary.generation.value)
             counter = self._decisions[key] = self.decisions.labels(*labels)
         counter.inc()
+
+    def slo_outcome(self, replica: Replica, slo_class: str, outcome: SloOutcome) -> None:
+        """Count one request's outcome against its class's target."""
+        key = (slo_class, replica.site, replica.pool, replica.generation.value, outcome)
+        counter = self._outcomes.get(key)
+        if counter is None:
+            counter = self._outcomes[key] = self.slo_requests.labels(
+                slo_class, replica.site, replica.pool, replica.generation.value, outcome.value
+            )
+        counter.inc()
+
+    def show_targets(self, targets: SloTargets, models: tuple[str, ...] = ()) -> None:
+        """Export `targets` (wall seconds) as `orchestrator_router_slo_target_seconds`."""
+        self.slo_target.clear()
+        for model, slo_class, target in targets.rows(models):
+            self.slo_target.labels(model, slo_class, "ttft").set(target.ttft_s)
+            self.slo_target.labels(model, slo_class, "tpot").set(target.tpot_s)
+            if target.e2e_s is not None:
+                self.slo_target.labels(model, slo_class, "e2e").set(target.e2e_s)
 
     def count_routable(self, per_model: Mapping[str, int]) -> None:
         """Set the routable replicas of each model; a model seen before and now absent reads 0,

@@ -20,7 +20,8 @@ class RequestContext:
     is None when the prompt is too short to be worth keeping together. `client_site` is a hint
     from the client (header), None when unknown. `stored_response_id` is the stored response the
     request continues (Responses' `previous_response_id`); `replica_id` names the one replica
-    that can answer (the holder of that response); None lets routing choose.
+    that can answer (the holder of that response); None lets routing choose. `background` is a
+    Responses request answered at once, before its tokens exist.
     """
 
     model: str
@@ -32,3 +33,4 @@ class RequestContext:
     client_site: str | None = None
     stored_response_id: str | None = None
     replica_id: str | None = None
+    background: bool = False

@@ -15,11 +15,14 @@ capacity is the rate at the batch whose step meets the TPOT target with some hea
     B* = (headroom·TPOT − a) / (b + c·ρ̄),     capacity = B* / (headroom·TPOT),
 
 capped, once a queue persists over a flat batch, by the batch the engine stops at (its sequence
-or KV limit). Estimates below the current one are believed only in proportion to how close the
-replica runs to its target: far from it, the line is an extrapolation. Why not the live
-generation rate, as SMG's `least_load` uses: a lightly loaded fast GPU generates slowly and
-would look slow. The prior comes from the replica's capacity prior (the
-fleet model's figure, or whatever the table says); the fit takes over as load reveals the slope.
+or KV limit). The target here is the reference one, at which the replicas' capacity priors are
+stated (MLPerf's); `ReplicaStats` turns it into any other target with the fitted fixed time a,
+which the estimator publishes too. Estimates below the current one are believed only in
+proportion to how close the replica runs to its target: far from it, the line is an
+extrapolation. Why not the live generation rate, as SMG's `least_load` uses: a lightly loaded
+fast GPU generates slowly and would look slow. The prior comes from the replica's capacity prior
+(the fleet model's figure, or whatever the table says); the fit takes over as load reveals
+the slope.
 """
 
 from __future__ import annotations
@@ -30,13 +33,11 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 
 from orchestrator.core.records import ReplicaLoad
-from orchestrator.routing.stats import ReplicaStats
+from orchestrator.routing.stats import FIXED_SHARE_PRIOR, HEADROOM, ReplicaStats
 
-FIXED_SHARE_PRIOR = 0.1  # prior share of the step target spent on the fixed (weight) read
 FORGETTING = 0.97  # per scrape: about 30 scrapes of memory
 RELATIVE_NOISE = 0.1  # step times measured over a scrape interval scatter about 10%
 PRIOR_SPREAD = 1.0  # the prior's standard deviation, relative to its value
-HEADROOM = 0.85  # aim the mean step below the target: p99 TPOT sits above the mean
 SMOOTHING = 0.3  # weight of a new estimate in the published capacity
 RATIO_SMOOTHING = 0.05  # weight of one scrape in the running prompt/output ratio
 MIN_BATCH = 1.0
@@ -108,9 +109,14 @@ class CapacityEstimator:
         target_ttft_s: float,
         target_tpot_s: float,
         prompt_to_output: float = DEFAULT_PROMPT_TO_OUTPUT,
+        load_tpot_s: float | None = None,
     ) -> None:
+        """`target_tpot_s` is the reference target the capacity is stated at; `load_tpot_s`
+        (default: the same) the tightest target the router routes against, by which it judges
+        how close to its target a replica runs (and so how far a lower estimate is believed)."""
         self.target_ttft_s = target_ttft_s
         self.target_tpot_s = target_tpot_s
+        self.load_step_s = HEADROOM * (load_tpot_s or target_tpot_s)
         self.prompt_to_output = prompt_to_output
         self._fits: dict[str, _Fit] = {}
 
@@ -133,6 +139,7 @@ class CapacityEstimator:
         fit = self._fits.get(replica_id)
         if fit is None:
             fit = self._fits[replica_id] = self._prior(stats)
+            stats.reference_tpot_s = self.target_tpot_s
         generated, prompt = load.generation_tokens_total, load.prompt_tokens_total
         if generated is None:
             return
@@ -154,7 +161,9 @@ class CapacityEstimator:
             fit.ratio += RATIO_SMOOTHING * (ratio - fit.ratio)
         step_s = batch * (now_s - first_s) / produced
         fit.update([1.0, batch, batch * ratio], step_s)
-        fit.utilisation += SMOOTHING * (step_s / self.step_target_s - fit.utilisation)
+        stats.measured_batch, stats.measured_step_s = batch, step_s
+        fit.utilisation += SMOOTHING * (step_s / self.load_step_s - fit.utilisation)
+        self._publish_line(fit, stats)
         estimate = self.capacity_of(fit)
         if estimate is None:
             return
@@ -163,6 +172,22 @@ class CapacityEstimator:
         if change < 0 and not saturated:  # lower only as far as load near the target shows it
             change *= self.evidence(fit.utilisation)
         stats.capacity_tokens_per_s += SMOOTHING * change
+
+    def _publish_line(self, fit: _Fit, stats: ReplicaStats) -> None:
+        """Write the step line other targets are computed from: the fit, believed like a lower
+        capacity estimate (in proportion to how close to the target the replica runs) where it
+        promises less than the prior; the prior's line elsewhere."""
+        fixed, per_sequence = self.line_of(fit)
+        prior_fixed = fit.prior[0]
+        prior_per_sequence = fit.prior[1] + fit.prior[2] * fit.ratio
+        if fit.batch_limit is None:
+            weight = self.evidence(fit.utilisation)
+            if fixed > prior_fixed:
+                fixed = prior_fixed + weight * (fixed - prior_fixed)
+            if per_sequence > prior_per_sequence:
+                per_sequence = prior_per_sequence + weight * (per_sequence - prior_per_sequence)
+        stats.step_fixed_s, stats.step_per_sequence_s = fixed, per_sequence
+        stats.batch_limit = fit.batch_limit
 
     @staticmethod
     def evidence(utilisation: float) -> float:
@@ -191,16 +216,20 @@ class CapacityEstimator:
             limit = float(load.running)
             fit.batch_limit = limit if fit.batch_limit is None else max(fit.batch_limit, limit)
 
+    def line_of(self, fit: _Fit) -> tuple[float, float]:
+        """The fitted step line: (fixed s, s per running sequence at the running prompt/output
+        ratio), the fixed part at least 0, the slope at least a thousandth of the prior's."""
+        fixed, per_decode, per_prefill = fit.theta
+        per_sequence = per_decode + per_prefill * fit.ratio
+        floor = 1e-3 * (fit.prior[1] + fit.prior[2] * self.prompt_to_output)
+        return max(fixed, 0.0), max(per_sequence, floor)
+
     def capacity_of(self, fit: _Fit) -> float | None:
         """Tokens/s at the batch whose step meets the target, capped at the engine's limit."""
         if fit.observations == 0:
             return None
         target = self.step_target_s
-        fixed, per_decode, per_prefill = fit.theta
-        fixed = max(fixed, 0.0)
-        per_sequence = per_decode + per_prefill * fit.ratio
-        floor = 1e-3 * (fit.prior[1] + fit.prior[2] * self.prompt_to_output)
-        per_sequence = max(per_sequence, floor)
+        fixed, per_sequence = self.line_of(fit)
         batch = max(MIN_BATCH, (target - fixed) / per_sequence)
         if fit.batch_limit is not None and fit.batch_limit < batch:
             step = fixed + per_sequence * fit.batch_limit

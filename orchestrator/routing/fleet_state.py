@@ -4,6 +4,7 @@ and the bookkeeping the forwarder does around each request."""
 from __future__ import annotations
 
 from orchestrator.core.records import Replica, ReplicaLoad
+from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.plugin import Candidate
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
@@ -14,7 +15,9 @@ LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency avera
 class FleetState:
     """Stats by replica id. New replicas start from their prior; vanished ones are dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, reference_tpot_s: float = MLPERF_TPOT_S) -> None:
+        """`reference_tpot_s` (wall seconds): the TPOT target the table's capacity priors are at."""
+        self.reference_tpot_s = reference_tpot_s
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
 
@@ -26,8 +29,13 @@ class FleetState:
                 del self._stats[replica_id]
         for replica in table.replicas:
             if replica.replica_id not in self._stats:
-                self._stats[replica.replica_id] = ReplicaStats(replica.capacity_prior_tokens_per_s)
+                self._stats[replica.replica_id] = self._new(replica)
         self._candidates = None
+
+    def _new(self, replica: Replica) -> ReplicaStats:
+        return ReplicaStats(
+            replica.capacity_prior_tokens_per_s, reference_tpot_s=self.reference_tpot_s
+        )
 
     def stats(self, replica_id: str) -> ReplicaStats | None:
         return self._stats.get(replica_id)
@@ -45,20 +53,20 @@ class FleetState:
         for replica in table.replicas:
             stats = self._stats.get(replica.replica_id)
             if stats is None:
-                stats = self._stats[replica.replica_id] = ReplicaStats(
-                    replica.capacity_prior_tokens_per_s
-                )
+                stats = self._stats[replica.replica_id] = self._new(replica)
             out.append(Candidate(replica, stats))
         self._candidates = (table, out)
         return out
 
     # -- the forwarder's bookkeeping -----------------------------------------------------------
 
-    def started(self, replica: Replica) -> None:
+    def started(self, replica: Replica, target_tpot_s: float = MLPERF_TPOT_S) -> None:
+        """A request with this TPOT target (wall s) went to `replica`."""
         stats = self._stats.get(replica.replica_id)
         if stats is not None:
             stats.in_flight += 1
             stats.started_total += 1
+            stats.count_in(target_tpot_s)
 
     def first_token(self, replica: Replica, ttft_s: float) -> None:
         stats = self._stats.get(replica.replica_id)
@@ -66,12 +74,19 @@ class FleetState:
             stats.ttft_s = _smooth(stats.ttft_s, ttft_s)
 
     def finished(
-        self, replica: Replica, *, ok: bool, output_tokens: int, tpot_s: float | None
+        self,
+        replica: Replica,
+        *,
+        ok: bool,
+        output_tokens: int,
+        tpot_s: float | None,
+        target_tpot_s: float = MLPERF_TPOT_S,
     ) -> None:
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
         stats.in_flight = max(0, stats.in_flight - 1)
+        stats.count_out(target_tpot_s)
         stats.finished_total += 1
         stats.output_tokens_total += output_tokens
         if not ok:

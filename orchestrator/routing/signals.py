@@ -45,14 +45,18 @@ def utilisations(
 ) -> list[float]:
     """`utilisation` of each candidate, in order; the scorers' hot loop, so written out flat.
 
-    Same arithmetic as `ReplicaStats.concurrency_capacity` and `others_in_flight`, inlined.
+    Capacity is at the TPOT target that binds the replica's batch if it takes the request: the
+    request's own, or a tighter one of a request it already runs (one batch, one step time), so
+    loose-target work goes where it does not slow tight-target work down.
     """
     degraded = NodeHealth.DEGRADED
     out = []
     for candidate in candidates:
         stats = candidate.stats
-        capacity = stats.capacity_tokens_per_s * target_tpot_s
-        capacity = capacity if capacity > 1.0 else 1.0  # max(1.0, capacity), NaN included
+        tightest = stats.tightest_tpot_s
+        capacity = stats.concurrency_capacity(
+            tightest if tightest < target_tpot_s else target_tpot_s
+        )
         if candidate.replica.node_health is degraded:
             capacity *= degraded_capacity_factor
         outstanding = in_flight = stats.in_flight

@@ -2,14 +2,44 @@
 
 One `ReplicaStats` per replica id, owned by the router process. The forwarder counts requests in
 and out and records their latencies; the scraper stores the engine's last `ReplicaLoad`; the
-capacity estimator writes `capacity_tokens_per_s`. Plugins only read.
+capacity estimator writes `capacity_tokens_per_s` and `step_fixed_s`. Plugins only read.
+
+Capacity against a request's own TPOT target: a decode step takes a fixed time `a` (reading the
+weights) plus `s` per running sequence (its decode and its share of prefill), so the batch whose
+step stays within a share H of a target T is
+
+    sequences(T) = (H·T − a) / s,    H = SLO_HEADROOM,
+
+capped at the batch the engine stops at once one was seen, and at least 1. Once a step time was
+measured at a running batch B_m (step t_m), the line is anchored there instead:
+
+    sequences(T) = B_m + (H·T − t_m) / s,
+
+so the batch grows while the measured step stays within the target and shrinks once it is over
+it, whatever the curve's shape further away (a mixture-of-experts step rises steeply over the
+first few sequences and flatly after, which a straight line through both underestimates). At
+the reference target T0 (the one capacities are stated at) it is C0 · T0, Little's law, as the
+scorers have always used. The estimator publishes a, s, the measured point and the limit from its
+fit of the replica's step times; before it has, they come from the capacity prior (a tenth of
+the step fixed). A replica whose weight read eats most of a tight target takes only a small
+batch within it, and a large one within a loose target.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Final
 
 from orchestrator.core.records import ReplicaLoad
+from orchestrator.core.slo import MLPERF_TPOT_S
+
+HEADROOM: Final = 0.85  # aim the mean step below the target: p99 TPOT sits above the mean
+# The share of another target the batch is scaled to: admission caps each replica's batch at its
+# room, so the batch (and the step) cannot overshoot it the way a free-running load does, and on
+# the flat part of a step curve a time headroom would cost a large share of the batch.
+SLO_HEADROOM: Final = 0.95
+FIXED_SHARE_PRIOR: Final = 0.1  # prior share of the step target spent on the fixed (weight) read
 
 
 @dataclass(slots=True)
@@ -26,10 +56,58 @@ class ReplicaStats:
     tpot_s: float | None = None
     load: ReplicaLoad | None = None  # last scrape of the engine's /metrics
     circuit_open: bool = False
+    reference_tpot_s: float = MLPERF_TPOT_S  # the TPOT target `capacity_tokens_per_s` is at
+    step_fixed_s: float | None = None  # fitted weight-read time of a step; None: the prior's
+    step_per_sequence_s: float | None = None  # fitted step time per running sequence
+    batch_limit: float | None = None  # the batch the engine stopped at, once seen
+    measured_batch: float | None = None  # the running batch of the last measured step
+    measured_step_s: float | None = None
+    # requests in flight per TPOT target (wall s): the tightest one binds the whole batch
+    in_flight_by_tpot: dict[float, int] = field(default_factory=dict)
+    tightest_tpot_s: float = math.inf
 
     def concurrency_capacity(self, target_tpot_s: float) -> float:
-        """Sequences it can decode at once within the TPOT target (Little: rate x time/token)."""
-        return max(1.0, self.capacity_tokens_per_s * target_tpot_s)
+        """Sequences it can decode at once within the TPOT target (see the module docstring)."""
+        reference = self.reference_tpot_s
+        at_reference = self.capacity_tokens_per_s * reference
+        if target_tpot_s == reference:
+            return at_reference if at_reference > 1.0 else 1.0
+        fixed, per_sequence = self.step_fixed_s, self.step_per_sequence_s
+        if fixed is None or per_sequence is None:
+            step = HEADROOM * reference
+            fixed = FIXED_SHARE_PRIOR * step
+            per_sequence = (step - fixed) / max(1.0, self.capacity_tokens_per_s * step)
+        measured_batch, measured_step = self.measured_batch, self.measured_step_s
+        if measured_batch is not None and measured_step is not None:
+            sequences = (
+                measured_batch + (SLO_HEADROOM * target_tpot_s - measured_step) / per_sequence
+            )
+        else:
+            sequences = (SLO_HEADROOM * target_tpot_s - fixed) / per_sequence
+        limit = self.batch_limit
+        if limit is not None and sequences > limit:
+            sequences = limit
+        return sequences if sequences > 1.0 else 1.0
+
+    def binding_tpot_s(self, target_tpot_s: float) -> float:
+        """The TPOT target the replica's batch must meet if it takes a request with this one."""
+        tightest = self.tightest_tpot_s
+        return tightest if tightest < target_tpot_s else target_tpot_s
+
+    def count_in(self, tpot_s: float) -> None:
+        """One more request in flight with this TPOT target."""
+        self.in_flight_by_tpot[tpot_s] = self.in_flight_by_tpot.get(tpot_s, 0) + 1
+        if tpot_s < self.tightest_tpot_s:
+            self.tightest_tpot_s = tpot_s
+
+    def count_out(self, tpot_s: float) -> None:
+        left = self.in_flight_by_tpot.get(tpot_s, 0) - 1
+        if left > 0:
+            self.in_flight_by_tpot[tpot_s] = left
+            return
+        self.in_flight_by_tpot.pop(tpot_s, None)
+        if tpot_s <= self.tightest_tpot_s:
+            self.tightest_tpot_s = min(self.in_flight_by_tpot, default=math.inf)
 
     def others_in_flight(self) -> int:
         """Requests the engine runs or queues that this router did not send (other routers)."""

@@ -14,6 +14,8 @@
 
 A replica's capacity prior is the fleet model's predicted Server capacity for its generation,
 divided by `timeScale` for a slowed-down simulated engine; `capacityTokensPerS` overrides it.
+An optional top-level `slo:` section states the latency targets (`config/slo.py`); the router's
+`--ttft`, `--tpot` and `--class-slo` flags override its fleet-wide values.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orchestrator.config.slo import SloSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
+from orchestrator.core.slo import SloTargets
 from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
 from orchestrator.table.snapshot import RoutingTable
@@ -68,6 +72,7 @@ class ReplicasFile(_Strict):
     model: Annotated[str, Field(min_length=1)]
     sites: dict[str, SiteEntry] = Field(default_factory=dict)
     replicas: list[ReplicaEntry]
+    slo: SloSpec = Field(default_factory=SloSpec)
 
     @model_validator(mode="after")
     def _consistent(self) -> ReplicasFile:
@@ -88,8 +93,7 @@ def _error_text(error: ValidationError) -> str:
     return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
-def parse_replicas(text: str, *, source: str = "replicas file", version: int = 1) -> RoutingTable:
-    """Validate a replicas document and build a routing table; errors name the field."""
+def _validated(text: str, source: str) -> ReplicasFile:
     try:
         raw = load_strict_yaml(text)
         spec = ReplicasFile.model_validate(raw)
@@ -103,6 +107,12 @@ def parse_replicas(text: str, *, source: str = "replicas file", version: int = 1
         raise OrchestratorError(
             ErrorCode.INVALID_ARGUMENT, f"{source}: {_error_text(error)}"
         ) from None
+    return spec
+
+
+def parse_replicas(text: str, *, source: str = "replicas file", version: int = 1) -> RoutingTable:
+    """Validate a replicas document and build a routing table; errors name the field."""
+    spec = _validated(text, source)
     figures = load_figures()
     replicas = tuple(
         Replica(
@@ -128,11 +138,23 @@ def parse_replicas(text: str, *, source: str = "replicas file", version: int = 1
     return RoutingTable(version=version, replicas=replicas, sites=sites)
 
 
-def load_replicas_file(path: Path) -> RoutingTable:
+def parse_replicas_slo(text: str, *, source: str = "replicas file") -> SloTargets:
+    """The latency targets of a replicas document (MLPerf's when it has no `slo:`)."""
+    return _validated(text, source).slo.targets()
+
+
+def _read(path: Path) -> str:
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as error:
         raise OrchestratorError(
             ErrorCode.INVALID_ARGUMENT, f"cannot read replicas file {path}: {error.strerror}"
         ) from None
-    return parse_replicas(text, source=str(path))
+
+
+def load_replicas_file(path: Path) -> RoutingTable:
+    return parse_replicas(_read(path), source=str(path))
+
+
+def load_replicas_slo(path: Path) -> SloTargets:
+    return parse_replicas_slo(_read(path), source=str(path))

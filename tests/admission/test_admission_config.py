@@ -32,13 +32,14 @@ def test_defaults_are_on_and_match_the_routers_own() -> None:
 def test_a_configured_section_reaches_the_settings() -> None:
     config = parse_config(
         BASE + "router:\n  admission: {enabled: false, maxQueue: 7, queueTimeoutS: 0.5,"
-        " batchReserve: 0.3, defaultPriority: batch, streamBufferBytes: 4096}\n"
+        " batchReserve: 0.3, capacityFactor: 1.5, defaultPriority: batch,"
+        " streamBufferBytes: 4096}\n"
     )
     args = build_parser().parse_args(router_args(config.router.admission.router_flags()))
     settings = admission_settings(args)
     assert settings == AdmissionSettings(
         enabled=False, max_queue=7, queue_timeout_s=0.5, batch_reserve=0.3,
-        default_priority=Priority.BATCH,
+        capacity_factor=1.5, default_priority=Priority.BATCH,
     )  # fmt: skip
     assert args.stream_buffer_bytes == 4096
 
@@ -48,6 +49,7 @@ def test_a_configured_section_reaches_the_settings() -> None:
     [
         ("{maxQueue: -1}", "maxQueue"),
         ("{batchReserve: 1.0}", "batchReserve"),
+        ("{capacityFactor: 0}", "capacityFactor"),
         ("{defaultPriority: urgent}", "defaultPriority"),
         ("{queueSize: 3}", "queueSize"),
     ],

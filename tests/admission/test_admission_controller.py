@@ -28,15 +28,21 @@ INTERACTIVE, BATCH = Priority.INTERACTIVE, Priority.BATCH
 
 
 class Room:
-    """The fleet's room as a test sets it."""
+    """The fleet's room as a test sets it; `batch_capacity` is the batch class's (default: the
+    same target, so the same room)."""
 
-    def __init__(self, capacity: float, others: int = 0) -> None:
+    def __init__(
+        self, capacity: float, others: int = 0, batch_capacity: float | None = None
+    ) -> None:
         self.capacity = capacity
         self.others = others
+        self.batch_capacity = batch_capacity
 
-    def __call__(self, model: str) -> FleetRoom | None:
+    def __call__(self, model: str, slo_class: str) -> FleetRoom | None:
         if model != MODEL or self.capacity <= 0:
             return None
+        if slo_class == BATCH.value and self.batch_capacity is not None:
+            return FleetRoom(self.batch_capacity, self.others)
         return FleetRoom(self.capacity, self.others)
 
 
@@ -242,3 +248,25 @@ def test_settings_reject_nonsense_naming_the_field() -> None:
         with pytest.raises(OrchestratorError) as error:
             AdmissionSettings(**{field: value})
         assert error.value.param == field
+
+
+def test_batch_with_a_loose_target_fills_the_room_its_target_gives_and_interactive_counts_it() -> (
+    None
+):
+    """Interactive (tight TPOT) fits 4 at once, batch (loose) 16: batch takes what its target
+    allows less the reserve, and each batch request takes a quarter of an interactive slot."""
+
+    async def scenario() -> None:
+        gate = controller(Room(4, batch_capacity=16), batch_reserve=0.25, max_queue=0)
+        batch = [await gate.admit(MODEL, BATCH) for _ in range(12)]  # 16 x (1 - 0.25)
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, BATCH)
+        # 12 batch requests weigh 3 interactive ones: one interactive request still fits
+        await gate.admit(MODEL, INTERACTIVE)
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, INTERACTIVE)
+        for ticket in batch[:4]:
+            ticket.release()  # a whole interactive slot back
+        await gate.admit(MODEL, INTERACTIVE)
+
+    run(scenario())

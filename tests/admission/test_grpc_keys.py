@@ -296,3 +296,20 @@ def test_keys_given_to_the_http_app_alone_also_guard_the_grpc_port(
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(grace_s=0.5), http._loop).result(30)
         http.stop()
+
+
+def test_a_key_in_debt_is_refused_a_stored_response_lookup_before_it_runs(
+    router: KeyedRouter,
+) -> None:
+    assert generate(router, bearer(ALPHA))  # 20 tokens out of a 5-token bucket: 15 in debt
+    with pytest.raises(grpc.RpcError) as refused:
+        router.stub.GetResponse(
+            pb.GetResponseRequest(id="resp_" + "0" * 32), metadata=bearer(ALPHA), timeout=10
+        )
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert int(dict(refused.value.trailing_metadata() or ())["retry-after"]) >= 10
+    with pytest.raises(grpc.RpcError) as unknown:
+        router.stub.GetResponse(
+            pb.GetResponseRequest(id="resp_" + "0" * 32), metadata=bearer(BRAVO), timeout=10
+        )
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND

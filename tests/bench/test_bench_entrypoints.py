@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench import router_overhead, virtual_speed
+from orchestrator.bench import router_overhead, slo_goodput, virtual_speed
 from orchestrator.core.generations import Generation
 
 
-@pytest.mark.parametrize("module", [router_overhead, virtual_speed])
+@pytest.mark.parametrize("module", [router_overhead, slo_goodput, virtual_speed])
 def test_every_benchmark_explains_itself(
     module: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -31,3 +31,25 @@ def test_router_overhead_table_reports_what_each_router_adds_over_direct() -> No
     table = router_overhead.format_table([direct, routed])
     row = next(line for line in table.splitlines() if line.startswith("ours"))
     assert row.split()[1:] == ["500", "8,000", "0.40", "0.90", "0.30", "0.70", "0.35", "0.30"]
+
+
+def test_the_fleets_limit_under_a_tight_tpot_leaves_mi300x_a_small_batch() -> None:
+    """The SLO benchmark's targets: MI300X meets 14 ms only at a small batch, MI355X at a large."""
+    mi300x = slo_goodput.replica_limit(Generation.MI300X, 0.014, 128, 16)
+    mi355x = slo_goodput.replica_limit(Generation.MI355X, 0.014, 128, 16)
+    assert 1 <= mi300x.batch <= 4 < 100 <= mi355x.batch
+    assert mi300x.step_s <= 0.014 and mi355x.step_s <= 0.014
+    loose = slo_goodput.replica_limit(Generation.MI300X, 0.080, 128, 16)
+    assert loose.batch > 50 * mi300x.batch
+
+
+def test_a_refused_or_cut_request_counts_as_a_miss_of_both_targets() -> None:
+    targets = {"interactive": slo_goodput.Targets(1.0, 0.1)}
+    good = slo_goodput.Outcome("interactive", 0.0, 200, 0.5, 1.4, 10, 10)
+    refused = slo_goodput.Outcome("interactive", 0.0, 429, wanted=10)
+    cut = slo_goodput.Outcome("interactive", 0.0, 200, 0.5, 1.0, 5, 10)
+    probe = slo_goodput.Probe(3.0, [good, refused, cut], {}, targets)
+    assert probe.attainment("interactive") == pytest.approx(1 / 3)
+    assert probe.p99("interactive") == (float("inf"), float("inf"))
+    assert not probe.meets()
+    assert slo_goodput.Probe(1.0, [good], {}, targets).meets()

@@ -685,6 +685,11 @@ def test_a_stored_response_is_continued_retrieved_and_refused_cancel_over_grpc(
             '{"model": "openai/gpt-oss-120b", "input": "x", "previous_response_id": "resp_gone"}',
             grpc.StatusCode.NOT_FOUND,
         ),
+        ('{"model": "openai/gpt-oss-120b", "input": NaN}', grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            '{"model": "openai/gpt-oss-120b", "input": "x", "top_p": -Infinity}',
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
     ],
 )
 def test_bad_create_response_requests_get_status_codes(
@@ -693,6 +698,34 @@ def test_bad_create_response_requests_get_status_codes(
     with pytest.raises(grpc.RpcError) as caught:
         list(router.stub.CreateResponse(pb.CreateResponseRequest(request_json=request_json)))
     assert caught.value.code() == code
+
+
+def test_a_lone_surrogate_escape_is_relayed_as_written_not_an_internal_error(
+    router: GrpcRouter,
+) -> None:
+    body = {"model": MODEL, "input": "odd \ud800 text", "max_output_tokens": 4}
+    request = pb.CreateResponseRequest(request_json=json.dumps(body))
+    try:
+        events = list(router.stub.CreateResponse(request, timeout=20))
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    else:
+        assert events[-1].type in ("response.completed", "response.incomplete")
+
+
+def test_an_unexpected_failure_retrieving_a_response_is_internal_and_logged_without_the_id(
+    router: GrpcRouter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(router.service, "stored_response", broken)  # a fault, injected
+    with pytest.raises(grpc.RpcError) as caught:
+        router.stub.GetResponse(pb.GetResponseRequest(id="resp_secretish"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert caught.value.details() == "internal error"
+    assert "GetResponse" in caplog.text and "resp_secretish" not in caplog.text
+    assert router.health_status() == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_an_unknown_stored_response_is_not_found(router: GrpcRouter) -> None:
@@ -711,7 +744,9 @@ response_bodies = st.fixed_dictionaries(
             st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=20)}),
             max_size=2,
         )
-        | st.integers(),
+        | st.integers()
+        | st.just("\ud800")  # a lone surrogate: valid JSON as an escape
+        | st.just(float("nan")),  # written as NaN, which JSON lacks
         "max_output_tokens": st.integers(min_value=-2, max_value=8) | st.just("8"),
         "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["low", "high", "x"])}),
         "previous_response_id": st.sampled_from(["resp_gone", "a b", 7]),

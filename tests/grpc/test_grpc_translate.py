@@ -11,6 +11,7 @@ from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import openai_error
 from orchestrator.frontends.grpc.errors import GRPC_STATUS, grpc_status
+from orchestrator.frontends.grpc.responses import responses_upstream
 from orchestrator.frontends.grpc.translate import (
     CHAT_PATH,
     COMPLETIONS_PATH,
@@ -205,3 +206,22 @@ def test_every_canonical_code_has_one_grpc_status() -> None:
     )
     assert code is grpc.StatusCode.NOT_FOUND
     assert details == "tools_json: no such tool"
+
+
+@pytest.mark.parametrize(
+    ("proto", "body", "default", "expected"),
+    [
+        (pb.PRIORITY_UNSPECIFIED, {"priority": "batch"}, Priority.INTERACTIVE, Priority.BATCH),
+        (pb.PRIORITY_UNSPECIFIED, {}, Priority.BATCH, Priority.BATCH),
+        (pb.PRIORITY_UNSPECIFIED, {"priority": 3}, Priority.BATCH, Priority.BATCH),  # vLLM's own
+        (pb.PRIORITY_BATCH, {}, Priority.INTERACTIVE, Priority.BATCH),
+    ],
+)
+def test_a_create_response_priority_comes_from_the_body_when_the_proto_names_none(
+    proto: int, body: dict[str, object], default: Priority, expected: Priority
+) -> None:
+    request = pb.CreateResponseRequest(
+        request_json=json.dumps({"model": "m", "input": "x", **body}), priority=proto
+    )
+    upstream = responses_upstream(request, default_model=None, default_priority=default)
+    assert upstream.context.priority is expected

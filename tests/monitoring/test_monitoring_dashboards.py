@@ -20,7 +20,9 @@ from orchestrator.monitoring.rules import all_rules
 
 EXPECTED = {"fleet-overview.json", "fabric-health.json", "hbm.json"}
 # Series with no site or generation: the router's own and the latency targets.
-UNFILTERED = re.compile(r"orchestrator_router_(requests|routable)|orchestrator:target_|job:")
+UNFILTERED = re.compile(
+    r"orchestrator_router_(requests|routable|slo_target)|orchestrator:target_|job:"
+)
 
 
 def test_the_three_dashboards_exist_with_unique_uids() -> None:

@@ -80,3 +80,18 @@ def test_the_response_id_is_found_in_a_body_or_a_stream_head() -> None:
     assert response_id(b'{"id": "resp_abc", "object": "response"}') == "resp_abc"
     assert response_id(COMPLETED) == "resp_1"
     assert response_id(b'event: response.created\ndata: {"type":"response.created"') is None
+
+
+def test_a_terminal_error_after_bytes_that_end_mid_event_starts_on_an_event_boundary() -> None:
+    error = OrchestratorError(ErrorCode.UNAVAILABLE, "the replica failed mid-stream")
+    whole = COMPLETED.split(b"event: response.completed")[0]  # ends with event 7's blank line
+    for cut in (len(whole) - 1, len(whole) - 2, len(whole) - 8):
+        sent = whole[:cut]
+        events = (sent + RESPONSES_FRAMING.error_event(error, sent)).split(b"\n\n")
+        assert events[-1] == b"", cut
+        kind, data = events[-2].split(b"\n")
+        assert kind == b"event: error", cut  # its own event, not the tail of the cut one
+        assert json.loads(data.removeprefix(b"data: "))["sequence_number"] == 8
+    assert RESPONSES_FRAMING.error_event(error, whole).startswith(b"event: error\n")
+    chat = COMPLETIONS_FRAMING.error_event(error, b'data: {"choices": [{"te')
+    assert chat.startswith(b"\n\ndata: {") and chat.endswith(b"data: [DONE]\n\n")

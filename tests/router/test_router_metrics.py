@@ -10,6 +10,8 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 from router_harness import MODEL, RouterThread, wait_until
 
+from orchestrator.up.slo_status import format_router_slo, router_slo
+
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
     "priority", "outcome", "key_id",
@@ -69,3 +71,18 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
             "orchestrator_router_estimated_capacity_tokens_per_second", replica=replica_id
         )
         assert capacity > 0
+    # every answered request has an SLO outcome for its class; the targets are exported
+    met = pair_router.metric(
+        "orchestrator_router_slo_requests_total", priority="interactive", outcome="met"
+    )
+    assert met == 3
+    target = "orchestrator_router_slo_target_seconds"
+    assert pair_router.metric(target, model="*", priority="interactive", kind="ttft") == 3.0
+    assert pair_router.metric(target, model="*", priority="batch", kind="tpot") == 0.08
+    # `orchestrator status --router` reads the same page
+    slo = router_slo(pair_router.url)
+    assert slo.targets[("*", "interactive")] == {"ttft": 3.0, "tpot": 0.08}
+    assert sum(p.answered for p in slo.pools) == 3
+    assert all(p.attainment == 1.0 for p in slo.pools)
+    shown = format_router_slo(slo)
+    assert "interactive" in shown and "100.0% of" in shown

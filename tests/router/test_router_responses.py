@@ -14,11 +14,20 @@ from typing import Any
 
 import openai
 import pytest
-from replica_server import ReplicaThread
-from router_harness import MODEL, ReplicaEntry, RouterThread, running_router
+from replica_server import ReplicaThread, replica
+from router_harness import (
+    MODEL,
+    ReplicaEntry,
+    RouterThread,
+    metric_value,
+    running_router,
+    wait_until,
+)
 
+from orchestrator.core.generations import Generation
 from orchestrator.frontends.http.app import REPLICA_HEADER, HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.sim.replica import ReplicaSettings
 
 WEATHER = {
     "type": "function",
@@ -78,6 +87,26 @@ def test_a_streamed_response_is_relayed_event_by_event_and_assembles(client: ope
     assert "response.reasoning_text.delta" in kinds
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text and text == events[-1].response.output_text  # type: ignore[union-attr]
+
+
+def test_a_streamed_response_s_ttft_includes_prefill_not_just_the_created_event() -> None:
+    # `response.created` goes out before prefill; TTFT is the first output delta, after it.
+    ttft = "orchestrator_router_time_to_first_token_seconds_sum"
+    with (
+        replica(ReplicaSettings(Generation.MI300X, time_scale=1.0, seed=3)) as slow,
+        running_router([ReplicaEntry("mi300x-0", slow.url, "MI300X")]) as router,
+    ):
+        stream = client_of(router).responses.create(
+            model=MODEL, input="word " * 20_000, max_output_tokens=4, stream=True
+        )
+        arrivals: dict[bool, float] = {}
+        for event in stream:
+            arrivals.setdefault(event.type.endswith(".delta"), time.monotonic())
+        assert wait_until(lambda: metric_value(router.url, ttft) > 0, 5)
+        recorded_s = metric_value(router.url, ttft)
+    prefill_s = arrivals[True] - arrivals[False]  # from `response.created` to the first delta
+    assert prefill_s > 0.1  # long enough to tell the two apart
+    assert recorded_s > 0.5 * prefill_s
 
 
 def test_more_effort_means_more_reasoning_tokens(client: openai.OpenAI) -> None:
@@ -177,6 +206,41 @@ def test_chat_completions_carry_reasoning_and_tool_calls_through_the_router(
     assert set(json.loads(call.function.arguments)) == {"site", "days"}
 
 
+def test_a_key_s_request_limit_applies_before_any_stored_response_is_looked_for(
+    instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{SECRET} id=lookup rps=0.01 burst=1\n")
+    http = HttpSettings(api_keys=ApiKeys.from_file(keys, reload_interval_s=0.0))
+    unknown = "resp_" + "0" * 32
+    with running_router(entries(instant_pair), http=http) as router:
+        client = client_of(router, SECRET)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unknown)  # the key's one request
+        with pytest.raises(openai.RateLimitError):
+            client.responses.retrieve(unknown)
+        with pytest.raises(openai.RateLimitError):
+            client.responses.cancel(unknown)
+        with pytest.raises(openai.RateLimitError):
+            client.responses.create(model=MODEL, input="x", previous_response_id=unknown)
+
+
+def test_background_is_refused_to_keys_with_an_output_token_limit(
+    instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
+) -> None:
+    limited, free = SECRET, SECRET + "-free"
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{limited} id=limited tokens_per_s=100\n{free} id=free\n")
+    http = HttpSettings(api_keys=ApiKeys.from_file(keys, reload_interval_s=0.0))
+    with running_router(entries(instant_pair), http=http) as router:
+        with pytest.raises(openai.BadRequestError, match="output-token limit") as refused:
+            client_of(router, limited).responses.create(model=MODEL, input="x", background=True)
+        assert refused.value.param == "background"
+        assert client_of(router, limited).responses.create(model=MODEL, input="x").output_text
+        made = client_of(router, free).responses.create(model=MODEL, input="x", background=True)
+        assert made.background
+
+
 def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
     instant_pair: tuple[ReplicaThread, ReplicaThread], tmp_path: Path
 ) -> None:
@@ -223,6 +287,7 @@ def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
         ),
         (json.dumps({"model": "gpt-4o", "input": "x"}).encode(), 404, None),
         (json.dumps({"model": MODEL, "input": "x", "stream": "yes"}).encode(), 400, "stream"),
+        (json.dumps({"model": MODEL, "input": "x", "background": 1}).encode(), 400, "background"),
         (b'{"model": "m", "input": "' + b"x" * (9 * 1024 * 1024) + b'"}', 413, None),
     ],
     ids=[
@@ -232,6 +297,7 @@ def test_key_budgets_and_token_metrics_count_the_usage_the_engine_reported(
         "bad-previous",
         "wrong-model",
         "bad-stream",
+        "bad-background",
         "oversized",
     ],
 )

@@ -19,6 +19,7 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.event_stream import RESPONSES_PATH
 from orchestrator.frontends.grpc.translate import MAX_EVENT_BYTES, PRIORITIES, UpstreamRequest
 from orchestrator.frontends.http.context import responses_context
+from orchestrator.routing.context import Priority
 
 TERMINAL_TYPES: Final = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
@@ -31,16 +32,21 @@ def _invalid(field: str, problem: str) -> OrchestratorError:
 
 
 def responses_upstream(
-    request: pb.CreateResponseRequest, *, default_model: str | None
+    request: pb.CreateResponseRequest,
+    *,
+    default_model: str | None,
+    default_priority: Priority = Priority.INTERACTIVE,
 ) -> UpstreamRequest:
-    """Validate and translate; raises INVALID_ARGUMENT naming the first bad field."""
+    """Validate and translate; raises INVALID_ARGUMENT naming the first bad field. An
+    unspecified proto priority leaves the body's `priority`, else `default_priority`."""
     try:
-        body = json.loads(request.request_json)
+        body = json.loads(request.request_json, parse_constant=_no_constant)
     except (ValueError, RecursionError) as error:
         raise _invalid("request_json", f"not valid JSON ({error})") from None
     if not isinstance(body, dict):
         raise _invalid("request_json", "must be a JSON object: an OpenAI Responses request")
-    priority = PRIORITIES.get(request.priority)
+    unspecified = request.priority == pb.PRIORITY_UNSPECIFIED
+    priority = default_priority if unspecified else PRIORITIES.get(request.priority)
     if priority is None:
         raise _invalid("priority", f"unknown value {request.priority}")
     body["stream"] = True
@@ -48,8 +54,13 @@ def responses_upstream(
     context = responses_context(
         body, headers, default_model=default_model, default_priority=priority
     )
-    encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    # ASCII escapes keep a lone surrogate (`\ud800`, valid JSON) as the client wrote it.
+    encoded = json.dumps(body, separators=(",", ":"), allow_nan=False)
     return UpstreamRequest(RESPONSES_PATH, encoded.encode(), context)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _unavailable(problem: str) -> OrchestratorError:

@@ -79,19 +79,25 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         self, request: pb.GetResponseRequest, context: GetResponseContext
     ) -> pb.StoredResponse:
         try:
-            caller_key(self._service.api_keys, context.invocation_metadata())
+            key = caller_key(self._service.api_keys, context.invocation_metadata())
             if not request.id:
                 raise OrchestratorError(
                     ErrorCode.INVALID_ARGUMENT, "id: required (a response id)", param="id"
                 )
             response_id = check_response_id(request.id, "id")
-            reply = await self._service.stored_response(response_id, cancel=request.cancel)
+            reply = await self._service.stored_response(response_id, cancel=request.cancel, key=key)
             if reply.status >= 300:
                 raise error_from_reply(reply.status, reply.body)
         except OrchestratorError as error:
             code, details = grpc_status(error)
+            if isinstance(error, Refused):
+                context.set_trailing_metadata(((RETRY_AFTER_KEY, error.retry_after_header),))
             self._count(code)
             await context.abort(code, details)
+        except Exception:
+            log.exception("unhandled error serving GetResponse")
+            self._count(grpc.StatusCode.INTERNAL)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
         self._count(grpc.StatusCode.OK)
         return pb.StoredResponse(
             response_json=reply.body.decode(errors="replace"), replica=_info(reply.replica)
@@ -172,14 +178,16 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         key = caller_key(service.api_keys, context.invocation_metadata())
         models = service.models()
         upstream = responses_upstream(
-            request, default_model=models[0] if len(models) == 1 else None
+            request,
+            default_model=models[0] if len(models) == 1 else None,
+            default_priority=service.settings.admission.default_priority,
         )
-        ctx = upstream.context
-        default_priority = service.settings.admission.default_priority
-        if request.priority == pb.PRIORITY_UNSPECIFIED and ctx.priority is not default_priority:
-            ctx = dataclasses.replace(ctx, priority=default_priority)
         reply = await service.dispatch(
-            ctx, upstream.path, upstream.body, deadline_s=self._deadline_s(context), key=key
+            upstream.context,
+            upstream.path,
+            upstream.body,
+            deadline_s=self._deadline_s(context),
+            key=key,
         )
         try:
             events = ResponseEventStream(_info(reply.replica))

@@ -240,10 +240,12 @@ class OpenAiFrontend:
                     "streaming a stored response is not supported by the router; retrieve it whole",
                     param="stream",
                 )
+        key = request.identity
+        assert key is None or isinstance(key, ApiKey)
         response_id = check_response_id(request.params["response_id"])
         body = request.body if cancel else b""
         return self._whole(
-            await self._service.stored_response(response_id, cancel=cancel, body=body)
+            await self._service.stored_response(response_id, cancel=cancel, body=body, key=key)
         )
 
     @staticmethod

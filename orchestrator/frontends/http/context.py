@@ -184,10 +184,10 @@ def _model(body: Mapping[str, Any], default_model: str | None) -> str:
     return model
 
 
-def _stream(body: Mapping[str, Any]) -> bool:
-    stream = body.get("stream")
+def _stream(body: Mapping[str, Any], name: str = "stream") -> bool:
+    stream = body.get(name)
     if stream is not None and not isinstance(stream, bool):
-        raise _invalid("stream", "`stream` must be a boolean")
+        raise _invalid(name, f"`{name}` must be a boolean")
     return bool(stream)
 
 
@@ -220,6 +220,7 @@ def responses_context(
         priority=_priority(body, headers, default_priority),
         client_site=_client_site(headers),
         stored_response_id=previous,
+        background=_stream(body, "background"),
     )
 
 
