@@ -1,24 +1,32 @@
 """What a router costs: req/s, relayed stream chunks/s and added latency, side by side.
 
-    python -m orchestrator.bench.router_overhead [--duration 10] [--routers direct,ours,...]
+    python -m orchestrator.bench.router_overhead [--duration 10] [--runs 3] [--routers ...]
 
 In one run, against the same two instant backends (`static_backend`), it measures going to a
-backend directly, through this project's router, through `sglang-router` and through
-`vllm-router` (both from PyPI): non-streaming req/s at 32 concurrent requests, streamed chunks/s
-at 32 concurrent streams, latency at concurrency 1 (p50/p99) and, for streams, time to the first
-byte. Load comes from `wrk` (Debian's package; the bench says how to install it when missing).
-Every process it starts runs on loopback and is stopped at the end. The backends serve the model
-under a local tokenizer directory so that neither peer router tries to download one.
+backend directly; through this project's router as one worker over plaintext (`ours`), as one
+worker over TLS (`ours-tls`, a self-signed certificate made with `openssl`), and as `--workers`
+workers following a control plane whose external pool lists the backends (`ours-cp`, as the Helm
+chart runs it); and through `sglang-router` and `vllm-router` (both from PyPI):
+non-streaming req/s at 32 concurrent requests, streamed chunks/s at 32 concurrent streams,
+latency at concurrency 1 (p50/p99) and, for streams, time to the first byte. With `--runs N`
+every target is measured N times, interleaved, and the table shows medians and, in brackets,
+the spread (max - min) over the runs. Load comes from `wrk` (Debian's package; the bench says how
+to install it when missing). Every process it starts runs on loopback and is stopped at the end.
+The backends serve the model under a local tokenizer directory so that neither peer router
+tries to download one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
+import os
 import re
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -50,6 +58,18 @@ class Setting:
     workers: int
     workdir: Path
 
+    @property
+    def certificate(self) -> Path:
+        return self.workdir / "tls.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.workdir / "tls.key"
+
+    def client_tls(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.certificate))
+        return context
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -57,12 +77,17 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_http(url: str, timeout_s: float, accept: Callable[[bytes], bool] = lambda _: True) -> None:
+def wait_http(
+    url: str,
+    timeout_s: float,
+    accept: Callable[[bytes], bool] = lambda _: True,
+    tls: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with (
             contextlib.suppress(OSError, ValueError),
-            urllib.request.urlopen(url, timeout=2) as response,
+            urllib.request.urlopen(url, timeout=2, context=tls) as response,
         ):
             if response.status == 200 and accept(response.read()):
                 return
@@ -134,17 +159,20 @@ def run_wrk(
     return rate, percentiles
 
 
-def first_byte_ms(url: str, model: str, samples: int) -> float:
+def first_byte_ms(url: str, model: str, samples: int, tls: ssl.SSLContext | None) -> float:
     """Median time to the first response byte of a streamed completion, one at a time."""
-    host, port = re.match(r"http://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    host, port = re.match(r"https?://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
     body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "stream": True}).encode()
     request = (
         f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     times = []
-    with socket.create_connection((host, int(port)), timeout=10) as connection:
+    with contextlib.ExitStack() as stack:
+        connection = stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            connection = stack.enter_context(tls.wrap_socket(connection, server_hostname=host))
         for _ in range(samples):
             start = time.perf_counter()
             connection.sendall(request)
@@ -158,7 +186,9 @@ def first_byte_ms(url: str, model: str, samples: int) -> float:
     return statistics.median(times)
 
 
-def measure(name: str, url: str, model: str, setting: Setting) -> Measurement:
+def measure(
+    name: str, url: str, model: str, setting: Setting, tls: ssl.SSLContext | None = None
+) -> Measurement:
     plain = wrk_script(setting.workdir / "plain.lua", model, stream=False)
     streamed = wrk_script(setting.workdir / "stream.lua", model, stream=True)
     completions = f"{url}/v1/completions"
@@ -172,12 +202,38 @@ def measure(name: str, url: str, model: str, setting: Setting) -> Measurement:
         chunks_per_s=stream_rate * (setting.stream_chunks + 1),
         p50_ms=latency.get(50, float("nan")),
         p99_ms=latency.get(99, float("nan")),
-        ttfb_p50_ms=first_byte_ms(url, model, 200),
+        ttfb_p50_ms=first_byte_ms(url, model, 200, tls),
     )
 
 
+def make_certificate(setting: Setting) -> None:
+    """A self-signed certificate for 127.0.0.1, for `ours-tls` (and the client that trusts it)."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(setting.key), "-out", str(setting.certificate)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def control_plane_config(backends: Sequence[str], model: str, port: int, setting: Setting) -> Path:
+    """An orchestrator config whose one external pool is the backends, on a free gRPC port."""
+    config = setting.workdir / "orchestrator.yaml"
+    endpoints = ", ".join(f'"{url}"' for url in backends)
+    config.write_text(
+        f"apiVersion: orchestrator/v1alpha1\nkind: Orchestrator\nmodel: '{model}'\n"
+        "sites: {local: {}}\n"
+        "pools:\n"
+        "  - {name: static, site: local, generation: MI355X, engine: external,"
+        f" endpoints: [{endpoints}]}}\n"
+        f"controlPlane: {{grpcPort: {port}}}\n"
+        "exporters: {port: 0}\n"
+    )
+    return config
+
+
 def router_commands(
-    backends: Sequence[str], model: str, port: int, setting: Setting
+    backends: Sequence[str], model: str, port: int, setting: Setting, control_plane: str
 ) -> dict[str, list[str]]:
     python = sys.executable
     replicas = setting.workdir / "replicas.yaml"
@@ -188,12 +244,13 @@ def router_commands(
     replicas.write_text(
         f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: '{model}'\nreplicas:\n{entries}"
     )
+    ours = [python, "-m", "orchestrator", "router", "--host", "127.0.0.1", "--port", str(port),
+            "--grpc-port", "0"]  # fmt: skip
+    tls = ["--tls-cert", str(setting.certificate), "--tls-key", str(setting.key)]
     return {
-        "ours": [
-            python, "-m", "orchestrator", "router", "--config", str(replicas),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", str(setting.workers),
-            "--grpc-port", "0",
-        ],
+        "ours": [*ours, "--config", str(replicas)],
+        "ours-tls": [*ours, "--config", str(replicas), *tls],
+        "ours-cp": [*ours, "--control-plane", control_plane, "--workers", str(setting.workers)],
         "sglang-router": [
             python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
             "--port", str(port), "--worker-urls", *backends, "--policy", "round_robin",
@@ -208,12 +265,19 @@ def router_commands(
 
 
 def ready_path(name: str) -> str:
-    return "/ready" if name == "ours" else "/health"
+    return "/ready" if name.startswith("ours") else "/health"
 
 
-def run(routers: Sequence[str], setting: Setting) -> list[Measurement]:
+def routes_both(body: bytes) -> bool:
+    """`/ready` of ours: both backends routable (a control plane's table has them both)."""
+    return bool(json.loads(body).get("routable_replicas", 0) >= 2)
+
+
+def run(routers: Sequence[str], setting: Setting, runs: int = 1) -> list[list[Measurement]]:
+    """Each run measures every router once, in order; returns the runs' measurements."""
     model = write_tokenizer(setting.workdir / "gpt-oss-120b")
-    results = []
+    make_certificate(setting)
+    measured: list[list[Measurement]] = []
     with contextlib.ExitStack() as stack:
         backends = []
         for index in range(2):
@@ -228,32 +292,87 @@ def run(routers: Sequence[str], setting: Setting) -> list[Measurement]:
             backends.append(f"http://127.0.0.1:{port}")
         for url in backends:
             wait_http(f"{url}/health", 30)
-        for name in routers:
-            print(f"measuring {name} ...", file=sys.stderr, flush=True)
-            if name == "direct":
-                results.append(measure("direct", backends[0], model, setting))
-                continue
-            port = free_port()
-            command = router_commands(backends, model, port, setting)[name]
-            url = f"http://127.0.0.1:{port}"
-            log = setting.workdir / f"{name}.log"
-            with process(command, log):
-                try:
-                    wait_http(url + ready_path(name), 90)
-                except RuntimeError as error:
-                    raise RuntimeError(
-                        f"{error}\n{name}'s log:\n{log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(1.0)  # let health checks mark every backend ready
-                results.append(measure(name, url, model, setting))
-    return results
+        control_plane = ""
+        if "ours-cp" in routers:
+            control_plane = start_control_plane(stack, backends, model, setting)
+        for run_index in range(runs):
+            results = []
+            for name in routers:
+                print(f"run {run_index + 1}/{runs}: measuring {name} ...", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                if name == "direct":
+                    results.append(measure("direct", backends[0], model, setting))
+                    continue
+                results.append(measure_router(name, backends, model, setting, control_plane))
+            measured.append(results)
+    return measured
 
 
-def format_table(results: Sequence[Measurement]) -> str:
+def start_control_plane(
+    stack: contextlib.ExitStack, backends: Sequence[str], model: str, setting: Setting
+) -> str:
+    """`orchestrator control-plane` over the backends (a local Ray cluster of its own)."""
+    port = free_port()
+    config = control_plane_config(backends, model, port, setting)
+    ray_dir = Path(tempfile.mkdtemp(prefix="rb-", dir="/tmp"))  # Ray's socket paths are short
+    stack.callback(shutil.rmtree, ray_dir, ignore_errors=True)
+    log = setting.workdir / "control-plane.log"
+    with log.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "control-plane", "--config", str(config)],
+            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "RAY_TMPDIR": str(ray_dir)},
+        )  # fmt: skip
+
+    def stop() -> None:
+        child.terminate()
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=15)
+
+    stack.callback(stop)
+    return f"127.0.0.1:{port}"
+
+
+def measure_router(
+    name: str, backends: Sequence[str], model: str, setting: Setting, control_plane: str
+) -> Measurement:
+    port = free_port()
+    command = router_commands(backends, model, port, setting, control_plane)[name]
+    tls = setting.client_tls() if name == "ours-tls" else None
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    log = setting.workdir / f"{name}.log"
+    accept = routes_both if name.startswith("ours") else (lambda _: True)
+    with process(command, log):
+        try:
+            wait_http(url + ready_path(name), 180, accept, tls)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n{name}'s log:\n{log.read_text()[-3000:]}") from None
+        time.sleep(1.0)  # let health checks mark every backend ready
+        label = f"ours-cp-{setting.workers}w" if name == "ours-cp" else name
+        return measure(label, url, model, setting, tls)
+
+
+def medians(runs: Sequence[Sequence[Measurement]]) -> tuple[list[Measurement], list[Measurement]]:
+    """Per target: the median of each figure over the runs, and its spread (max - min)."""
+    middle, spread = [], []
+    for same in zip(*runs, strict=True):
+        figures = {f: [getattr(m, f) for m in same] for f in Measurement.__slots__ if f != "name"}
+        middle.append(
+            Measurement(same[0].name, **{f: statistics.median(v) for f, v in figures.items()})
+        )
+        spread.append(Measurement(same[0].name, **{f: max(v) - min(v) for f, v in figures.items()}))
+    return middle, spread
+
+
+def format_table(results: Sequence[Measurement], spread: Sequence[Measurement] = ()) -> str:
+    """One row per target; with `spread`, each figure is followed by its spread in brackets."""
     direct = next((r for r in results if r.name == "direct"), None)
+    noise = {m.name: m for m in spread}
     header = (
-        f"{'target':<14}{'req/s @32':>11}{'chunks/s @32':>14}{'p50 ms @1':>11}{'p99 ms @1':>11}"
-        f"{'added p50':>11}{'added p99':>11}{'TTFB ms':>9}{'added TTFB':>12}"
+        f"{'target':<14}{'req/s @32':>16}{'chunks/s @32':>20}{'p50 ms @1':>14}{'p99 ms @1':>14}"
+        f"{'added p50':>11}{'added p99':>11}{'TTFB ms':>14}{'added TTFB':>12}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -262,38 +381,59 @@ def format_table(results: Sequence[Measurement]) -> str:
             if direct and r is not direct
             else (0.0, 0.0, 0.0)
         )
+        n = noise.get(r.name)
         lines.append(
-            f"{r.name:<14}{r.requests_per_s:>11,.0f}{r.chunks_per_s:>14,.0f}{r.p50_ms:>11.2f}"
-            f"{r.p99_ms:>11.2f}{added[0]:>11.2f}{added[1]:>11.2f}{r.ttfb_p50_ms:>9.2f}"
-            f"{added[2]:>12.2f}"
+            f"{r.name:<14}{_cell(r, n, 'requests_per_s', 16, 0)}"
+            f"{_cell(r, n, 'chunks_per_s', 20, 0)}{_cell(r, n, 'p50_ms', 14, 2)}"
+            f"{_cell(r, n, 'p99_ms', 14, 2)}{added[0]:>11.2f}{added[1]:>11.2f}"
+            f"{_cell(r, n, 'ttfb_p50_ms', 14, 2)}{added[2]:>12.2f}"
         )
     return "\n".join(lines)
+
+
+def _cell(
+    result: Measurement, noise: Measurement | None, field: str, width: int, digits: int
+) -> str:
+    text = f"{getattr(result, field):,.{digits}f}"
+    if noise is not None:
+        text += f" [{getattr(noise, field):,.{digits}f}]"
+    return f"{text:>{width}}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    parser.add_argument("--runs", type=int, default=1, help="measure every target this often")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--stream-chunks", type=int, default=16, help="SSE events per stream")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes of our router")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of ours-cp")
     parser.add_argument(
-        "--routers", default="direct,ours,sglang-router,vllm-router",
-        help="comma-separated: direct, ours, sglang-router, vllm-router",
+        "--routers", default="direct,ours,ours-tls,ours-cp,sglang-router,vllm-router",
+        help="comma-separated: direct, ours, ours-tls, ours-cp, sglang-router, vllm-router",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         parser.error("needs wrk: apt-get install -y wrk")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     routers = [name.strip() for name in args.routers.split(",") if name.strip()]
+    for name in ("sglang-router", "vllm-router"):
+        if name in routers and importlib.util.find_spec(name.replace("-", "_")) is None:
+            parser.error(f"needs {name}: pip install {name} (or leave it out of --routers)")
     with tempfile.TemporaryDirectory(prefix="router-bench-") as folder:
         setting = Setting(
             args.duration, args.connections, args.stream_chunks, args.workers, Path(folder)
         )
-        results = run(routers, setting)
+        runs = run(routers, setting, args.runs)
+    middle, spread = medians(runs)
     if args.json:
-        print(json.dumps([_as_dict(r) for r in results]))
+        print(json.dumps({"runs": [[_as_dict(r) for r in one] for one in runs],
+                          "median": [_as_dict(r) for r in middle]}))  # fmt: skip
     else:
-        print(format_table(results))
+        if args.runs > 1:
+            print(f"medians of {args.runs} runs, [max - min] in brackets")
+        print(format_table(middle, spread if args.runs > 1 else ()))
     return 0
 
 

@@ -119,6 +119,7 @@ def _positive_float(raw: str) -> float:
 
 
 def cmd_router(args: argparse.Namespace) -> int:
+    from functools import partial
     from pathlib import Path
 
     from orchestrator.cli import router_limits, router_slo
@@ -137,12 +138,6 @@ def cmd_router(args: argparse.Namespace) -> int:
         admission=router_limits.admission_settings(args),
     )
     server_tls = tls.server_files(args)
-    if args.control_plane is not None and args.workers > 1:
-        raise OrchestratorError(
-            ErrorCode.INVALID_ARGUMENT,
-            "--workers > 1 needs --config; a router following --control-plane runs one worker",
-            param="workers",
-        )
     config = RouterConfig(
         replicas_file=Path(args.config or ""),
         profile=args.profile,
@@ -160,10 +155,9 @@ def cmd_router(args: argparse.Namespace) -> int:
         api_keys=keys,
         stream_buffer_bytes=args.stream_buffer_bytes,
     )
+    listen = Listen(args.host, args.port, args.workers, server_tls)
     companions = []
     if args.grpc_port:
-        from functools import partial
-
         from orchestrator.frontends.grpc.server import grpc_serving
 
         companions.append(
@@ -177,14 +171,15 @@ def cmd_router(args: argparse.Namespace) -> int:
             profile=args.profile,
             settings=settings,
             http=http,
-            host=args.host,
-            port=args.port,
+            listen=listen,
             companions=companions,
-            tls=server_tls,
             control_plane_tls=tls.client_files(args, "control-plane"),
+            log_level=args.log_level,
         )
-    listen = Listen(args.host, args.port, args.workers, server_tls)
-    return serve(config, http, listen, args.log_level, companions=companions)
+    return serve(
+        partial(RouterService.from_config, config), http, listen, args.log_level,
+        companions=companions,
+    )  # fmt: skip
 
 
 def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,6 +17,7 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNAVAILABLE = "unavailable"
+    BAD_GATEWAY = "bad_gateway"  # a replica's answer could not be framed with certainty
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL = "internal"
 
@@ -58,6 +59,7 @@ GRPC_STATUS_NAME: Final = MappingProxyType(
         ErrorCode.PAYLOAD_TOO_LARGE: "RESOURCE_EXHAUSTED",
         ErrorCode.RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
         ErrorCode.UNAVAILABLE: "UNAVAILABLE",
+        ErrorCode.BAD_GATEWAY: "UNAVAILABLE",
         ErrorCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
         ErrorCode.INTERNAL: "INTERNAL",
     }

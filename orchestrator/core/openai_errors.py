@@ -20,6 +20,7 @@ HTTP_STATUS: Final = MappingProxyType(
         ErrorCode.PAYLOAD_TOO_LARGE: (413, "RequestTooLargeError"),
         ErrorCode.RESOURCE_EXHAUSTED: (429, "RateLimitError"),
         ErrorCode.INTERNAL: (500, "InternalServerError"),
+        ErrorCode.BAD_GATEWAY: (502, "BadGatewayError"),
         ErrorCode.UNAVAILABLE: (503, "ServiceUnavailableError"),
         ErrorCode.DEADLINE_EXCEEDED: (504, "TimeoutError"),
     }

@@ -4,9 +4,10 @@ the fallbacks while nothing has reached the client yet, and relay the answer.
 Contract of `Dispatcher.dispatch`:
 
 - Before the first byte of a successful answer (for a stream: its first SSE bytes, which the
-  replica sends with its first token), a connect error, a 5xx, a dropped connection or an open
-  circuit moves the request to the next fallback (each move counts as a retry). When every
-  candidate failed, it raises UNAVAILABLE.
+  replica sends with its first token), a connect error, a 5xx, a dropped connection, a
+  malformed answer or an open circuit moves the request to the next fallback (each move counts
+  as a retry). When every candidate failed, it raises BAD_GATEWAY (502) if one answered
+  malformed, else UNAVAILABLE.
 - A 4xx from the replica is the client's answer: returned as it is, never retried.
 - Once a stream has started, an upstream failure ends it with a terminal event in the stream's
   framing (`event_stream.py`): `data: {"error": {...}}` then `data: [DONE]` for completions, an
@@ -42,6 +43,7 @@ from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
 from orchestrator.forwarding.upstream import (
     UpstreamConnectError,
     UpstreamDisconnected,
+    UpstreamMalformed,
     UpstreamPool,
     UpstreamResponse,
 )
@@ -66,6 +68,7 @@ class UpstreamErrorKind(StrEnum):
     CONNECT = "connect"  # refused, reset or timed out before an answer began
     HTTP_5XX = "http_5xx"
     DISCONNECT = "disconnect"  # the answer began, then the connection broke
+    MALFORMED = "malformed"  # the answer broke HTTP/1.1 framing; its connection was dropped
     CIRCUIT_OPEN = "circuit_open"  # skipped: routed to before routing saw its circuit open
     HEALTH = "health"
     SCRAPE = "scrape"
@@ -278,6 +281,12 @@ class Dispatcher:
                 continue
             reply.retries = index
             return reply
+        if UpstreamErrorKind.MALFORMED.value in failures:
+            raise OrchestratorError(
+                ErrorCode.BAD_GATEWAY,
+                f"no replica of `{ctx.model}` gave a well-framed answer; "
+                f"{len(failures)} tried ({', '.join(failures)})",
+            )
         raise OrchestratorError(
             ErrorCode.UNAVAILABLE,
             f"no replica of `{ctx.model}` could take the request; "
@@ -330,6 +339,8 @@ class Dispatcher:
                 first = await response.read_some()
                 if not first:
                     raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
+            except UpstreamMalformed as error:
+                raise _AttemptFailed(UpstreamErrorKind.MALFORMED) from error
             except UpstreamDisconnected as error:
                 raise _AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
             except UpstreamConnectError as error:
@@ -419,6 +430,12 @@ class StreamRelay:
         except TimeoutError:
             self._end(ok=False)
             return self.error_event(_deadline_error())
+        except UpstreamMalformed:
+            self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.MALFORMED)
+            self._end(ok=False, replica_failed=True)
+            return self.error_event(
+                OrchestratorError(ErrorCode.BAD_GATEWAY, "the replica's stream broke its framing")
+            )
         except UpstreamDisconnected:
             self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
             self._end(ok=False, replica_failed=True)

@@ -97,7 +97,7 @@ class RouterMetrics:
         )
         self.upstream_errors = Counter(
             "orchestrator_router_upstream_errors_total",
-            "Failures talking to a replica, by kind (connect, http_5xx, disconnect, ...).",
+            "Failures talking to a replica by kind (connect, http_5xx, disconnect, malformed...).",
             ["replica", "kind"],
             registry=registry,
         )

@@ -3,8 +3,8 @@ replica, shared by every request, the scraper and the health checks of one route
 
 A general-purpose client (aiohttp's) cost the router more per request than everything else on
 its hot path together; this one does only what forwarding needs: POST a JSON body or GET a page,
-then read the answer whole or as it arrives (`http1_connection`). A request reuses the most
-recently used idle connection to its replica, so a busy router rarely opens one.
+then read the answer whole or as it arrives (`replica_connection`, framed by llhttp). A request
+reuses the most recently used idle connection to its replica, so a busy router rarely opens one.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.forwarding.http1_connection import (
-    Http1Connection,
+from orchestrator.forwarding.replica_connection import (
+    ReplicaConnection,
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamError,
+    UpstreamMalformed,
     UpstreamResponse,
 )
 from orchestrator.security.files import Signature, TlsFiles
@@ -33,6 +34,7 @@ __all__ = [
     "UpstreamConnectError",
     "UpstreamDisconnected",
     "UpstreamError",
+    "UpstreamMalformed",
     "UpstreamPool",
     "UpstreamResponse",
     "UpstreamSettings",
@@ -87,11 +89,11 @@ class _Origin:
         self.host = parts.hostname
         self.port = port or (443 if self.tls else 80)
         self.host_header = parts.netloc.encode("idna")
-        self.idle: deque[Http1Connection] = deque()  # newest last
-        self.connections: set[Http1Connection] = set()
+        self.idle: deque[ReplicaConnection] = deque()  # newest last
+        self.connections: set[ReplicaConnection] = set()
         self.in_flight = 0
 
-    def take_idle(self, now_s: float, keepalive_s: float) -> Http1Connection | None:
+    def take_idle(self, now_s: float, keepalive_s: float) -> ReplicaConnection | None:
         """The most recently used idle connection, unless even that one idled too long."""
         idle = self.idle
         while idle:
@@ -110,13 +112,13 @@ class _Origin:
         while idle and idle[0].idle_since_s <= cutoff_s:
             self.drop(idle.popleft())
 
-    def drop(self, connection: Http1Connection) -> None:
+    def drop(self, connection: ReplicaConnection) -> None:
         self.connections.discard(connection)
         connection.close()
 
     # -- ConnectionHome ------------------------------------------------------------------------
 
-    def connection_done(self, connection: Http1Connection, reusable: bool) -> None:
+    def connection_done(self, connection: ReplicaConnection, reusable: bool) -> None:
         if reusable and self.pool.running:
             connection.idle_since_s = self.pool.loop_time()
             self.idle.append(connection)
@@ -125,7 +127,7 @@ class _Origin:
             self.drop(connection)
         self.pool.done(self)
 
-    def connection_closed(self, connection: Http1Connection) -> None:
+    def connection_closed(self, connection: ReplicaConnection) -> None:
         self.connections.discard(connection)
         if connection in self.idle:
             self.idle.remove(connection)
@@ -263,7 +265,7 @@ class UpstreamPool:
             connection.finish(reusable=False)
             raise
 
-    async def _connect(self, origin: _Origin, timeout_s: float) -> Http1Connection:
+    async def _connect(self, origin: _Origin, timeout_s: float) -> ReplicaConnection:
         loop = self._running_loop()
         tls = self._tls_context() if origin.tls else None
         try:
@@ -271,7 +273,7 @@ class UpstreamPool:
                 raise TimeoutError
             async with asyncio.timeout(timeout_s):
                 _, connection = await loop.create_connection(
-                    lambda: Http1Connection(origin),
+                    lambda: ReplicaConnection(origin),
                     origin.host,
                     origin.port,
                     ssl=tls,

@@ -16,7 +16,7 @@ from functools import partial
 
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.frontends.http.app import HttpSettings
-from orchestrator.frontends.http.server import Companion, serve_until_stopped, use_uvloop
+from orchestrator.frontends.http.server import Companion, Listen, serve
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.security.files import TlsFiles
 from orchestrator.table.source import TableHolder
@@ -41,49 +41,40 @@ async def following_control_plane(
             await task
 
 
+def following_service(profile: str, settings: RouterSettings) -> RouterService:
+    """A worker's router over an empty table, for `following_control_plane` to fill (load
+    included: it scrapes no replica)."""
+    return RouterService(
+        TableHolder(), profile_named(profile), settings=settings, scrape_replicas=False
+    )
+
+
 def serve_following(
     target: str,
     *,
     profile: str,
     settings: RouterSettings,
     http: HttpSettings,
-    host: str,
-    port: int,
+    listen: Listen,
     companions: Sequence[Companion] = (),
-    tls: TlsFiles | None = None,
     control_plane_tls: TlsFiles | None = None,
+    log_level: str = "INFO",
 ) -> int:
-    """Serve one router process following `target` until SIGINT or SIGTERM; returns 0.
+    """Serve `listen.workers` router processes, each following `target` on its own watch
+    stream, until SIGINT or SIGTERM; returns the exit status of `serve`.
 
     The profile is resolved first, so a bad name fails before anything listens.
     """
-    chosen = profile_named(profile)
-    use_uvloop()
-
-    def announce(bound: int) -> None:
-        print(
-            f"orchestrator router on {'http' if tls is None else 'https'}://{host}:{bound}, "
-            f"following the control plane at "
-            f"{target}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    async def main() -> None:
-        service = RouterService(TableHolder(), chosen, settings=settings, scrape_replicas=False)
-        await serve_until_stopped(
-            service,
-            http,
-            host,
-            port,
-            on_listening=announce,
-            companions=[
-                partial(following_control_plane, target=target, tls=control_plane_tls),
-                *companions,
-            ],
-            tls=tls,
-        )
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
-    return 0
+    profile_named(profile)
+    print(f"orchestrator router: following the control plane at {target}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    return serve(
+        partial(following_service, profile, settings),
+        http,
+        listen,
+        log_level,
+        companions=[
+            partial(following_control_plane, target=target, tls=control_plane_tls),
+            *companions,
+        ],
+    )

@@ -12,7 +12,8 @@ import pytest
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import ReplicaLoad
 from orchestrator.forwarding.metrics import RouterMetrics
-from orchestrator.frontends.http.fast_lane import MAX_REPLICA_FIELDS, FastLane
+from orchestrator.frontends.http import messages
+from orchestrator.frontends.http.messages import MAX_CACHED_FIELDS, header_field
 from orchestrator.router_service import RouterService, profile_named
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.estimator import WINDOW_SCRAPES, CapacityEstimator
@@ -110,12 +111,10 @@ def test_prefix_affinity_and_decision_caches_do_not_grow_with_distinct_prompts()
     assert info.maxsize is not None and info.currsize <= info.maxsize
 
 
-def test_the_fast_lanes_header_cache_is_bounded() -> None:
-    lane = FastLane.__new__(FastLane)
-    lane._replica_fields = {}
-    for index in range(3 * MAX_REPLICA_FIELDS):
-        assert lane.replica_field(f"replica-{index}").endswith(b"\r\n")
-        assert len(lane._replica_fields) <= MAX_REPLICA_FIELDS
+def test_the_header_line_cache_is_bounded() -> None:
+    for index in range(3 * MAX_CACHED_FIELDS):
+        assert header_field("x-orchestrator-replica", f"replica-{index}").endswith(b"\r\n")
+        assert len(messages._FIELDS) <= MAX_CACHED_FIELDS
 
 
 def test_metrics_of_a_replica_that_left_are_dropped() -> None:

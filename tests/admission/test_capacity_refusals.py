@@ -17,14 +17,12 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from replica_server import ReplicaThread, replica
-from router_harness import MODEL, AppThread, metric_value, wait_until
+from router_harness import MODEL, RouterServerThread, metric_value, wait_until
 
 from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
 from orchestrator.core.generations import Generation
 from orchestrator.frontends.grpc.server import GrpcServer, start_grpc_server
-from orchestrator.frontends.http.app import build_app
-from orchestrator.frontends.http.fast_lane import FastLaneSite
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.sim.replica import ReplicaSettings
 from orchestrator.table.source import TableHolder
@@ -57,9 +55,7 @@ class Router:
             TableHolder(parse_replicas(document)), profile_named("capacity"),
             settings=RouterSettings(),
         )  # fmt: skip
-        self.http = AppThread(
-            lambda: build_app(self.service), lambda r: FastLaneSite(r, "127.0.0.1", 0)
-        ).start()
+        self.http = RouterServerThread(self.service).start()
         self.grpc: GrpcServer = asyncio.run_coroutine_threadsafe(
             start_grpc_server(self.service, "127.0.0.1", 0), self.http._loop
         ).result(30)

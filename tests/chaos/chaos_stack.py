@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 
 import openai
 import ray
-from aiohttp import web
 from netns import SiteNamespace
 from ray.cluster_utils import Cluster
 from ray_cluster import start_cluster
@@ -50,8 +49,7 @@ from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.placement import node_groups
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.core.records import ReplicaState
-from orchestrator.frontends.http.app import build_app
-from orchestrator.frontends.http.fast_lane import FastLaneSite
+from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
 
@@ -303,7 +301,7 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             ),
             scrape_replicas=False,
         )
-        runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
+        http_server = RouterHttpServer(router)
         samples: list[Sample] = []
         tasks: list[asyncio.Task[None]] = []
 
@@ -314,8 +312,7 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
 
         async def up() -> int:
             port = await control_plane.start()
-            await runner.setup()
-            await FastLaneSite(runner, "127.0.0.1", 0).start()
+            http_port = await http_server.start()
             tasks.append(
                 asyncio.create_task(
                     follow_routing_table(
@@ -329,7 +326,7 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
                 )
             )
             tasks.append(asyncio.create_task(sample()))
-            return int(runner.addresses[0][1])
+            return http_port
 
         async def down() -> None:
             for task in tasks:
@@ -337,7 +334,7 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await runner.cleanup()
+            await http_server.stop()
             await control_plane.stop(remove_registry=True)
 
         http_port = servers.run(up())

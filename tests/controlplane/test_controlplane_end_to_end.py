@@ -23,7 +23,6 @@ import grpc
 import openai
 import pytest
 import ray
-from aiohttp import web
 from ray.cluster_utils import Cluster
 from ray_cluster import start_cluster
 from test_controlplane_ray_pools import FAST_FAILURE_DETECTION, named_actors, processes_mentioning
@@ -37,8 +36,7 @@ from orchestrator.controlplane.placement import NodeGroup, node_groups
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import ReplicaState
-from orchestrator.frontends.http.app import build_app
-from orchestrator.frontends.http.fast_lane import FastLaneSite
+from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
@@ -153,28 +151,26 @@ def stack() -> Iterator[Stack]:
         settings=RouterSettings(latency_scale=TIME_SCALE),
         scrape_replicas=False,
     )
-    runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
+    http_server = RouterHttpServer(router)
     follower: asyncio.Task[None] | None = None
 
     async def up() -> tuple[int, int]:
         nonlocal follower
         port = await control_plane.start()
-        await runner.setup()
-        site = FastLaneSite(runner, "127.0.0.1", 0, reuse_port=False, backlog=128)
-        await site.start()
+        http_port = await http_server.start()
         follower = asyncio.create_task(
             follow_routing_table(
                 f"127.0.0.1:{port}", router.table, retry_s=0.2, loads=router, clock=router.clock.now
             )
         )
-        return port, int(runner.addresses[0][1])
+        return port, http_port
 
     async def down() -> None:
         if follower is not None:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
-        await runner.cleanup()
+        await http_server.stop()
         await control_plane.stop(remove_registry=True)
 
     stopped = False

@@ -1,8 +1,8 @@
 """Real routers, real replicas, on loopback, for the router tests.
 
-`AppThread` serves any aiohttp app from its own thread and event loop (port 0); `running_router`
-builds a `RouterService` over a replicas document and serves its HTTP API that way, on the
-router's own site (the completions fast lane in front of aiohttp).
+`AppThread` serves any aiohttp app (a replica) from its own thread and event loop (port 0);
+`RouterServerThread` serves a `RouterService`'s HTTP API the way `orchestrator router` does
+(`RouterHttpServer`, optionally over TLS); `running_router` builds one over a replicas document.
 `SimProcess` runs `orchestrator sim serve` as a subprocess that a test can SIGKILL; it is always
 killed when the test ends. `EchoReplica` is a tiny OpenAI-shaped replica that records every body
 it receives and answers what the body asks for.
@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,8 +30,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.frontends.http.app import HttpSettings, build_app
-from orchestrator.frontends.http.fast_lane import FastLaneSite
+from orchestrator.frontends.http.app import HttpSettings
+from orchestrator.frontends.http.connection import ConnectionSettings
+from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import parse_replicas
@@ -43,11 +45,6 @@ SiteFactory = Callable[[web.AppRunner], web.BaseSite]
 
 def tcp_site(runner: web.AppRunner) -> web.BaseSite:
     return web.TCPSite(runner, "127.0.0.1", 0)
-
-
-def fast_lane_site(runner: web.AppRunner) -> web.BaseSite:
-    """The router's own site, as `orchestrator router` serves it: the fast lane, then aiohttp."""
-    return FastLaneSite(runner, "127.0.0.1", 0)
 
 
 class AppThread:
@@ -119,7 +116,41 @@ def replicas_document(replicas: Sequence[ReplicaEntry], model: str = MODEL) -> s
     return "\n".join(lines) + "\n"
 
 
-class RouterThread(AppThread):
+class RouterServerThread:
+    """`service`'s HTTP API on 127.0.0.1:0 (HTTPS with `tls`) from a background thread and event
+    loop until `stop()`; the server starts and stops the service."""
+
+    def __init__(
+        self,
+        service: RouterService,
+        http: HttpSettings | None = None,
+        *,
+        connection: ConnectionSettings | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.service = service
+        self.server = RouterHttpServer(service, http, connection)
+        self._tls = tls
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def start(self) -> RouterServerThread:
+        self._thread.start()
+        port = asyncio.run_coroutine_threadsafe(
+            self.server.start(tls=self._tls), self._loop
+        ).result(30)
+        self.url = f"{'https' if self._tls else 'http'}://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(90)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+
+class RouterThread(RouterServerThread):
     """A router over a replicas document; `service` is its live `RouterService`."""
 
     def __init__(
@@ -129,13 +160,14 @@ class RouterThread(AppThread):
         profile: str = "capacity",
         settings: RouterSettings | None = None,
         http: HttpSettings | None = None,
+        connection: ConnectionSettings | None = None,
     ) -> None:
-        self.service = RouterService(
+        service = RouterService(
             TableHolder(parse_replicas(document)),
             profile_named(profile),
             settings=settings or RouterSettings(),
         )
-        super().__init__(lambda: build_app(self.service, http), fast_lane_site)
+        super().__init__(service, http, connection=connection)
 
     def metric(self, name: str, **labels: str) -> float:
         return metric_value(self.url, name, **labels)
@@ -148,9 +180,14 @@ def running_router(
     profile: str = "capacity",
     settings: RouterSettings | None = None,
     http: HttpSettings | None = None,
+    connection: ConnectionSettings | None = None,
 ) -> Iterator[RouterThread]:
     router = RouterThread(
-        replicas_document(replicas), profile=profile, settings=settings, http=http
+        replicas_document(replicas),
+        profile=profile,
+        settings=settings,
+        http=http,
+        connection=connection,
     ).start()
     try:
         yield router

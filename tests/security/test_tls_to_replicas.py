@@ -19,7 +19,7 @@ import pytest
 from pki import Pki
 from tls_replica import TlsReplicaThread
 
-from orchestrator.forwarding.http1_connection import UpstreamError
+from orchestrator.forwarding.replica_connection import UpstreamError
 from orchestrator.forwarding.upstream import TLS_CHECK_INTERVAL_S, UpstreamPool, UpstreamSettings
 from orchestrator.security.files import TlsFiles
 

@@ -1,12 +1,13 @@
 """Serve the router's HTTP API from one or more worker processes sharing one port.
 
-Each worker is a whole router (its own event loop, upstream pool, scraper, breakers and metrics);
-with more than one, every worker binds the port with `SO_REUSEPORT` and the kernel spreads
-connections across them. A worker's `/metrics` shows that worker's own counters. uvloop runs the
-event loop when it is installed. Connections start in the completions fast lane (`fast_lane.py`)
-and move to aiohttp at the first request the fast lane leaves to it. With TLS (`Listen.tls`),
-aiohttp serves every request itself, over a context that follows certificate rotation; plaintext
-connections to a TLS port fail their handshake and get no answer.
+Every route, plaintext or TLS, runs on one connection protocol (`connection.py`, llhttp) over one
+route table (`app.build_routes`). Each worker is a whole router (its own event loop, upstream
+pool, scraper, breakers, metrics, per-key limits and admission); with more than one, every
+worker binds the port with `SO_REUSEPORT` and the kernel spreads connections across them. A
+worker's `/metrics` shows that worker's own counters. uvloop runs the event loop when it is
+installed. With TLS (`Listen.tls`) asyncio's SSL transport carries the same connections, over a
+context that follows certificate rotation; plaintext connections to a TLS port fail their
+handshake and get no answer.
 """
 
 from __future__ import annotations
@@ -18,29 +19,33 @@ import logging
 import multiprocessing
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
-
-from aiohttp import web
+from typing import Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.http.app import HttpSettings, build_app
-from orchestrator.frontends.http.fast_lane import FastLaneSite
-from orchestrator.router_service import RouterConfig, RouterService
+from orchestrator.frontends.http.app import HttpSettings, OpenAiFrontend, build_routes
+from orchestrator.frontends.http.connection import Connections, ConnectionSettings
+from orchestrator.router_service import RouterService
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import ReloadingServerContext
 
 log = logging.getLogger(__name__)
 
-BACKLOG = 2048
+BACKLOG: Final = 2048
 
 Companion = Callable[[RouterService], contextlib.AbstractAsyncContextManager[object]]
-"""Another server sharing a worker's `RouterService` (the gRPC frontend, say): entered once the
-HTTP site listens, left before it stops. To reach spawned workers it must pickle: a module-level
-function, or a `functools.partial` of one."""
+"""Another server sharing a worker's `RouterService` (the gRPC frontend, the control plane's
+routing-table watch): entered once the HTTP server listens, left before it stops. To reach
+spawned workers it must pickle: a module-level function, or a `functools.partial` of one."""
+
+ServiceFactory = Callable[[], RouterService]
+"""Builds one worker's `RouterService` (a replicas file's, or an empty table that a companion
+fills from the control plane); must pickle, as `Companion`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,80 @@ def use_uvloop() -> bool:
     return True
 
 
+class RouterHttpServer:
+    """The HTTP API of one `RouterService` on one listening socket; `start()` starts the
+    service too, `stop()` lets answers in progress finish (within the grace) and stops it."""
+
+    def __init__(
+        self,
+        service: RouterService,
+        settings: HttpSettings | None = None,
+        connection: ConnectionSettings | None = None,
+    ) -> None:
+        settings = settings or HttpSettings()
+        self.service = service
+        self.frontend = OpenAiFrontend(service, settings)
+        service.use_api_keys(settings.api_keys)  # the gRPC front end checks the same keys
+        limits = connection or ConnectionSettings()
+        limits = ConnectionSettings(
+            max_body_bytes=settings.max_body_bytes,
+            stream_buffer_bytes=settings.stream_buffer_bytes,
+            idle_s=limits.idle_s,
+            head_timeout_s=limits.head_timeout_s,
+            body_timeout_s=limits.body_timeout_s,
+            max_fields=limits.max_fields,
+            max_field_bytes=limits.max_field_bytes,
+            max_head_bytes=limits.max_head_bytes,
+            cut_grace_s=limits.cut_grace_s,
+            shutdown_grace_s=limits.shutdown_grace_s,
+        )
+        self.connections = Connections(build_routes(self.frontend), limits, self.frontend.count)
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
+        backlog: int = BACKLOG,
+    ) -> int:
+        """Start the service, then listen; returns the bound port. A port that cannot be bound
+        raises `OrchestratorError` (after the service is stopped again)."""
+        await self.service.start()
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                self.connections,
+                host,
+                port,
+                ssl=tls,
+                backlog=backlog,
+                reuse_port=reuse_port or None,
+            )
+        except OSError as error:
+            await self.service.stop()
+            raise OrchestratorError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"cannot listen on {host}:{port}: {error.strerror or error}",
+                param="port",
+            ) from None
+        self.connections.start()
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await self.connections.stop()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), timeout=5)
+        await self.service.stop()
+
+
 async def serve_until_stopped(
     service: RouterService,
     http: HttpSettings,
@@ -85,36 +164,21 @@ async def serve_until_stopped(
     serves HTTPS (bad files raise `OrchestratorError` before anything listens).
     """
     context = None if tls is None else ReloadingServerContext(tls).context
-    runner = web.AppRunner(build_app(service, http), handler_cancellation=True, access_log=None)
-    await runner.setup()
+    server = RouterHttpServer(service, http)
+    bound = await server.start(host, port, tls=context, reuse_port=reuse_port)
     try:
-        site: web.BaseSite
-        if context is None:
-            site = FastLaneSite(runner, host, port, reuse_port=reuse_port, backlog=BACKLOG)
-        else:
-            site = web.TCPSite(
-                runner, host, port, ssl_context=context, reuse_port=reuse_port, backlog=BACKLOG
-            )
-        try:
-            await site.start()
-        except OSError as error:
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"cannot listen on {host}:{port}: {error.strerror or error}",
-                param="port",
-            ) from None
         async with contextlib.AsyncExitStack() as stack:
             for companion in companions:
                 await stack.enter_async_context(companion(service))
             if on_listening is not None:
-                on_listening(runner.addresses[0][1])
+                on_listening(bound)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
             await stop.wait()
     finally:
-        await runner.cleanup()
+        await server.stop()
 
 
 def _announce(listen: Listen) -> Callable[[int], None]:
@@ -131,7 +195,7 @@ def _announce(listen: Listen) -> Callable[[int], None]:
 
 
 def run_worker(
-    config: RouterConfig,
+    make_service: ServiceFactory,
     http: HttpSettings,
     listen: Listen,
     *,
@@ -140,7 +204,7 @@ def run_worker(
     announce: bool = False,
     companions: Sequence[Companion] = (),
 ) -> None:
-    """One worker process: build the router from `config` and serve until told to stop."""
+    """One worker process: build the router with `make_service` and serve until told to stop."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -158,7 +222,7 @@ def run_worker(
             announce_port(port)
 
     async def main() -> None:
-        service = RouterService.from_config(config)
+        service = make_service()
         await serve_until_stopped(
             service,
             http,
@@ -175,13 +239,14 @@ def run_worker(
 
 
 def serve(
-    config: RouterConfig,
+    make_service: ServiceFactory,
     http: HttpSettings,
     listen: Listen,
     log_level: str = "INFO",
     companions: Sequence[Companion] = (),
 ) -> int:
-    """Run the router in this process (one worker) or in `listen.workers` child processes.
+    """Run the router in this process (one worker) or in `listen.workers` child processes,
+    each building its own service with `make_service` and entering every companion.
 
     With several workers and port 0, the parent reserves a free port with `SO_REUSEPORT` (bound,
     never listening, so it takes no connections) and every worker joins it. Returns an exit
@@ -189,7 +254,7 @@ def serve(
     """
     if listen.workers <= 1:
         run_worker(
-            config,
+            make_service,
             http,
             listen,
             reuse_port=False,
@@ -204,7 +269,7 @@ def serve(
         workers = [
             context.Process(
                 target=run_worker,
-                args=(config, http, shared),
+                args=(make_service, http, shared),
                 kwargs={"reuse_port": True, "log_level": log_level, "companions": companions},
                 name=f"router-worker-{index}",
             )

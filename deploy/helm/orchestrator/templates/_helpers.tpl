@@ -215,3 +215,21 @@ nodeAffinity:
 {{- define "orchestrator.exporterIdentity" -}}
 {{- .Values.controlPlane.tls.exporterIdentity | default (include "orchestrator.componentName" (dict "root" . "component" "exporter")) }}
 {{- end }}
+
+{{/* Router worker processes: router.workers, else the router's CPU request in whole CPUs
+("500m" and "1" give 1, "2" and "2500m" give 2), at least 1. */}}
+{{- define "orchestrator.routerWorkers" -}}
+{{- if .Values.router.workers -}}
+{{- .Values.router.workers -}}
+{{- else -}}
+{{- $requests := (.Values.router.resources | default dict).requests | default dict -}}
+{{- $cpu := toString ($requests.cpu | default "1") -}}
+{{- $milli := 0 -}}
+{{- if hasSuffix "m" $cpu -}}
+{{- $milli = trimSuffix "m" $cpu | atoi -}}
+{{- else -}}
+{{- $milli = mulf (float64 $cpu) 1000 | int -}}
+{{- end -}}
+{{- max 1 (div $milli 1000) -}}
+{{- end -}}
+{{- end -}}

@@ -1,8 +1,14 @@
-"""One keep-alive HTTP/1.1 client connection on `asyncio.Protocol`, and the response it receives.
+"""One keep-alive HTTP/1.1 client connection to a replica, framed by llhttp (`httptools`), and the
+response it receives.
 
-The router's forwarding client in its leanest form: a request is one `transport.write`, the
-response head is parsed once it is whole, and body bytes go to the reader as they arrive (a
-whole small answer usually arrives with its head, in the same read). Each exchange has an
+A request is one `transport.write`; llhttp parses the answer, and body bytes go to the reader as
+they arrive. Framing is strict (RFC 9112): an answer the parser refuses, a status outside
+100-599, a version other than HTTP/1.0 and 1.1, `Transfer-Encoding` together with
+`Content-Length`, in an HTTP/1.0 answer or naming a coding other than `chunked`, more than
+`MAX_INTERIM_ANSWERS` interim answers, a head over `MAX_HEAD_BYTES` or bytes nobody asked for:
+each ends the exchange with
+`UpstreamMalformed` (a clean 502 or terminal stream event for the client) and closes the
+connection, so no byte of one answer is ever taken for part of another. Each exchange has an
 absolute deadline on the event loop's clock; when it passes, the reader gets `TimeoutError` and
 the connection is closed, so the replica stops working on the request.
 """
@@ -13,16 +19,14 @@ import asyncio
 import socket
 from typing import Final, Protocol, cast
 
-from orchestrator.forwarding.http1_wire import (
-    MAX_HEAD_BYTES,
-    BodyDecoder,
-    HttpFramingError,
-    body_decoder,
-    parse_head,
-)
+import httptools
 
 PAUSE_READING_BYTES: Final = 256 * 1024  # streamed bytes buffered, unread, before reading pauses
 JOIN_BODY_BELOW_BYTES: Final = 64 * 1024  # smaller request bodies go out in one write with the head
+MAX_HEAD_BYTES: Final = 64 * 1024  # an answer's status line and header fields, together
+MAX_INTERIM_ANSWERS: Final = 8  # 1xx answers tolerated before the real one
+_VERSIONS: Final = frozenset({"1.0", "1.1"})
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 
 class UpstreamError(Exception):
@@ -37,13 +41,21 @@ class UpstreamDisconnected(UpstreamError):
     """The connection ended, or the response's framing broke, before the whole response came."""
 
 
+class UpstreamMalformed(UpstreamDisconnected):
+    """The replica's answer broke HTTP/1.1 framing (RFC 9112); the connection was dropped."""
+
+
+class _Malformed(Exception):
+    """Raised inside a parser callback: the answer's framing is not one we can trust."""
+
+
 class ConnectionHome(Protocol):
     """Where a connection goes back when an exchange ends (its pool's per-replica slot)."""
 
-    def connection_done(self, connection: Http1Connection, reusable: bool) -> None:
+    def connection_done(self, connection: ReplicaConnection, reusable: bool) -> None:
         """The exchange is over: keep the connection for the next request if `reusable`."""
 
-    def connection_closed(self, connection: Http1Connection) -> None:
+    def connection_closed(self, connection: ReplicaConnection) -> None:
         """The connection closed between exchanges (maybe while kept idle); may come twice."""
 
 
@@ -60,10 +72,10 @@ class UpstreamResponse:
     __slots__ = ("_buffered", "_complete", "_connection", "_error", "_pieces", "_waiter", "_whole",
                  "headers", "status")  # fmt: skip
 
-    def __init__(self, status: int, headers: dict[str, str], connection: Http1Connection) -> None:
+    def __init__(self, status: int, headers: dict[str, str], connection: ReplicaConnection) -> None:
         self.status = status
         self.headers = headers
-        self._connection: Http1Connection | None = connection
+        self._connection: ReplicaConnection | None = connection
         self._pieces: list[bytes] = []
         self._buffered = 0
         self._complete = False
@@ -136,7 +148,7 @@ class UpstreamResponse:
             waiter.set_result(None)
 
 
-class Http1Connection(asyncio.Protocol):
+class ReplicaConnection(asyncio.Protocol):
     """One connection to one replica; carries one exchange at a time.
 
     `exchange()` sends a request and returns a future of its response head; the connection then
@@ -149,10 +161,17 @@ class Http1Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since_s = 0.0  # event-loop time when it last went idle
         self._transport: asyncio.Transport | None = None
-        self._head = b""
+        self._parser = httptools.HttpResponseParser(self)
+        self._expecting = False  # an exchange is waiting for (the rest of) its answer
         self._head_waiter: asyncio.Future[UpstreamResponse] | None = None
         self._response: UpstreamResponse | None = None
-        self._decoder: BodyDecoder | None = None
+        self._headers: dict[str, str] = {}
+        self._repeated: dict[str, list[str]] = {}  # values of fields sent more than once
+        self._head_bytes = 0  # field bytes of the head being parsed
+        self._read_in_head = 0  # bytes read while a head is incomplete
+        self._interim = 0
+        self._in_head = False
+        self._complete = False  # the current answer's message ended
         self._reusable = False
         self._paused = False
         self._draining = False  # reading the rest of a released response, to keep the connection
@@ -167,60 +186,126 @@ class Http1Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self._response is not None:
-            self._feed(data)
+        if not self._expecting or self._complete:
+            self._broken("the replica sent bytes nobody asked for")
             return
-        waiter = self._head_waiter
-        if waiter is None:  # bytes nobody asked for: the framing is lost, drop the connection
-            self._reusable = False
-            self._abort()
-            return
-        if self._head:
-            data = self._head + data
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            if len(data) > MAX_HEAD_BYTES:
-                self._fail(UpstreamDisconnected("the response head is too long"))
-            else:
-                self._head = data
-            return
-        self._head = b""
+        if self._in_head:
+            self._read_in_head += len(data)
         try:
-            head = parse_head(data[:end])
-            if head.status < 200:  # 1xx interim answers: the real one follows
-                if len(data) > end + 4:
-                    self.data_received(data[end + 4 :])
-                return
-            decoder, self._reusable = body_decoder(head)
-        except HttpFramingError as error:
-            self._fail(UpstreamDisconnected(f"malformed response: {error}"))
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            cause = error.__context__
+            self._broken(str(cause) if isinstance(cause, _Malformed) else "malformed response")
             return
-        self._head_waiter = None
-        self._response = response = UpstreamResponse(head.status, head.headers, self)
-        self._decoder = decoder
-        self._feed(data[end + 4 :])
-        if not waiter.done():
-            waiter.set_result(response)
+        except httptools.HttpParserUpgrade:
+            self._broken("the replica switched protocols")
+            return
+        except httptools.HttpParserError as error:
+            self._broken(f"malformed response: {error}")
+            return
+        if self._in_head and self._read_in_head > MAX_HEAD_BYTES:
+            self._broken("the response head is too long")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
-        waiter, response, decoder = self._head_waiter, self._response, self._decoder
+        if not self._expecting:
+            self.home.connection_closed(self)
+            return
+        self._expecting = False
+        if self._draining:
+            self._stop_draining(False)
+            return
+        waiter, response = self._head_waiter, self._response
         if waiter is not None:
             self._head_waiter = None
             if not waiter.done():
                 waiter.set_exception(UpstreamDisconnected("the replica closed the connection"))
-        elif self._draining:
-            self._stop_draining(decoder is not None and decoder.eof())
-        elif response is not None and decoder is not None:
-            if not response._complete and response._error is None:
-                if decoder.eof():
-                    response._complete = True
-                else:
-                    response._error = UpstreamDisconnected("the connection broke mid-response")
-                response._wake()
-        else:
-            self.home.connection_closed(self)
+        elif response is not None and not response._complete and response._error is None:
+            if self._ends_with_connection():
+                response._complete = True
+            else:
+                response._error = UpstreamDisconnected("the connection broke mid-response")
+            response._wake()
+
+    # -- httptools callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete or self._response is not None:
+            raise _Malformed("bytes after the end of the response")
+        self._headers = {}
+        self._repeated = {}
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _Malformed("the response head is too long")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self._headers
+        previous = headers.get(key)
+        if previous is None:
+            headers[key] = text
+        else:  # joined once the head is whole: linear in the number of repeats
+            self._repeated.setdefault(key, [previous]).append(text)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._read_in_head = 0
+        parser = self._parser
+        status = parser.get_status_code()
+        version = parser.get_http_version()
+        if version not in _VERSIONS:
+            raise _Malformed(f"not an HTTP/1.x response (HTTP/{version})")
+        if not 100 <= status <= 599:
+            raise _Malformed(f"status {status:03d} is not a valid status code")
+        headers = self._headers
+        for key, values in self._repeated.items():
+            headers[key] = ", ".join(values)
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if version == "1.0" or "content-length" in headers:
+                raise _Malformed("ambiguous framing: Transfer-Encoding in HTTP/1.0 or with length")
+            if coding.strip().lower() != "chunked":  # nothing else is decoded here
+                raise _Malformed(f"unsupported transfer coding {coding[:40]!r}")
+        if status < 200:
+            self._interim += 1
+            if self._interim > MAX_INTERIM_ANSWERS or status == 101:
+                raise _Malformed(f"unexpected interim answers (status {status})")
+            return
+        self._reusable = _keeps_alive(version, headers) and (
+            status in _NO_BODY_STATUSES or not self._ends_with_connection()
+        )
+        self._response = response = UpstreamResponse(status, headers, self)
+        waiter, self._head_waiter = self._head_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        response = self._response
+        if response is None or self._draining:
+            return
+        response._pieces.append(body)
+        response._buffered += len(body)
+        if response._buffered >= PAUSE_READING_BYTES and not response._whole and not self._paused:
+            self._paused = True
+            assert self._transport is not None
+            self._transport.pause_reading()
+        response._wake()
+
+    def on_message_complete(self) -> None:
+        response = self._response
+        if response is None:  # an interim answer ended; the real one follows
+            return
+        self._complete = True
+        self._cancel_timer()
+        if self._draining:
+            self._stop_draining(self._reusable)
+            return
+        response._complete = True
+        response._wake()
 
     # -- the exchange --------------------------------------------------------------------------
 
@@ -238,6 +323,11 @@ class Http1Connection(asyncio.Protocol):
         if self.closed or transport is None or transport.is_closing():
             waiter.set_exception(UpstreamDisconnected("the replica closed the connection"))
             return waiter
+        self._expecting = True
+        self._complete = False
+        self._interim = 0
+        self._in_head = True
+        self._read_in_head = 0
         self._head_waiter = waiter
         self._timer = loop.call_at(expires_at, self._expire)
         try:
@@ -253,8 +343,10 @@ class Http1Connection(asyncio.Protocol):
     def finish(self, *, reusable: bool) -> None:
         """End the exchange: back to `home`, to be reused when it ended cleanly, else closed."""
         self._cancel_timer()
-        self._response = self._decoder = self._head_waiter = None
-        reuse = reusable and self._reusable and not self.closed
+        reuse = reusable and self._complete and self._reusable and not self.closed
+        self._response = self._head_waiter = None
+        self._expecting = False
+        self._draining = False
         if reuse:
             if self._paused:
                 self.resume()
@@ -266,8 +358,8 @@ class Http1Connection(asyncio.Protocol):
         """Like `finish`, but first read and drop the rest of the body, for up to `drain_s`
         seconds; the connection is kept if the body ends cleanly within them."""
         response = self._response
-        if response is None or response._complete or not self._reusable or self.closed:
-            self.finish(reusable=response is not None and response._complete)
+        if response is None or self._complete or not self._reusable or self.closed:
+            self.finish(reusable=self._complete)
             return
         self._cancel_timer()
         self._draining = True
@@ -287,35 +379,19 @@ class Http1Connection(asyncio.Protocol):
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _feed(self, data: bytes) -> None:
-        response, decoder = self._response, self._decoder
-        assert response is not None and decoder is not None
-        if response._complete or response._error is not None:
-            if data:  # more than the body: the framing is lost
-                self._reusable = False
-            return
-        try:
-            payload = decoder.feed(data)
-        except HttpFramingError as error:
-            self._fail(UpstreamDisconnected(f"malformed response body: {error}"))
-            return
-        if self._draining:
-            if decoder.done:
-                self._stop_draining(not decoder.extra)
-            return
-        if payload:
-            response._pieces.append(payload)
-            response._buffered += len(payload)
-        if decoder.done:
-            response._complete = True
-            if decoder.extra:
-                self._reusable = False
-            self._cancel_timer()
-        elif response._buffered >= PAUSE_READING_BYTES and not response._whole and not self._paused:
-            self._paused = True
-            assert self._transport is not None
-            self._transport.pause_reading()
-        response._wake()
+    def _ends_with_connection(self) -> bool:
+        """Whether the answer in progress is framed by the connection's end (no length, not
+        chunked), so that the end is the body's clean end."""
+        headers = self._headers
+        return "transfer-encoding" not in headers and "content-length" not in headers
+
+    def _broken(self, reason: str) -> None:
+        """The framing is lost: fail the exchange in progress (if any) and drop the connection."""
+        self._reusable = False
+        if self._expecting and not self._complete:
+            self._fail(UpstreamMalformed(reason))
+        else:
+            self._abort()
 
     def _expire(self) -> None:
         self._timer = None
@@ -329,10 +405,10 @@ class Http1Connection(asyncio.Protocol):
 
     def _fail(self, error: BaseException) -> None:
         """The exchange cannot go on: tell whoever waits for it, and close the connection."""
+        self._reusable = False
         if self._draining:
             self._stop_draining(False)
             return
-        self._reusable = False
         waiter, response = self._head_waiter, self._response
         if waiter is not None:
             self._head_waiter = None
@@ -355,3 +431,13 @@ class Http1Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _keeps_alive(version: str, headers: dict[str, str]) -> bool:
+    """RFC 9112 section 9.3: HTTP/1.1 persists unless `close` is a token of `Connection`;
+    HTTP/1.0 only with a `keep-alive` token."""
+    field = headers.get("connection")
+    tokens = set() if field is None else {t.strip().lower() for t in field.split(",")}
+    if version == "1.1":
+        return "close" not in tokens
+    return "keep-alive" in tokens and "close" not in tokens
