@@ -130,6 +130,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
     from orchestrator.table.static_file import load_replicas_slo
 
+    server_tls = tls.server_files(args)  # flags that do not go together, before any file is read
     file_targets = load_replicas_slo(Path(args.config)) if args.config else None
     settings = RouterSettings(
         latency_scale=args.latency_scale,
@@ -137,7 +138,6 @@ def cmd_router(args: argparse.Namespace) -> int:
         upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
     )
-    server_tls = tls.server_files(args)
     config = RouterConfig(
         replicas_file=Path(args.config or ""),
         profile=args.profile,
