@@ -33,7 +33,14 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import LoadReport, Replica, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S, MLPERF_TTFT_S, SloTargets
 from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
-from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
+from orchestrator.forwarding.dispatcher import (
+    DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    DEFAULT_MIGRATION_ATTEMPTS,
+    DEFAULT_STALL_TIMEOUT_S,
+    Dispatcher,
+    DispatchSettings,
+    UpstreamReply,
+)
 from orchestrator.forwarding.event_stream import RESPONSES_PATH, response_id
 from orchestrator.forwarding.metrics import RouterMetrics
 from orchestrator.forwarding.passthrough import Passthrough, ReplicaUnreachable, WholeReply
@@ -64,12 +71,19 @@ class RouterSettings:
     every time the router compares against (targets, deadline, queue timeout) is stretched by it.
     `load_stale_after_s` bounds the age of a load report from the control plane: older, the
     replica's load is unknown (the file-fed scraper sets its own bound from its round length).
+    `first_byte_timeout_s` and `stall_timeout_s` bound one attempt at a stream (its first
+    bytes; the longest gap between its chunks; None: no bound), stretched by the latency scale
+    like the deadline; `migration_attempts` caps the continuations of one stream
+    (`forwarding/dispatcher.py`).
     """
 
     latency_scale: float = 1.0
     slo: SloTargets = field(default_factory=SloTargets)
     request_deadline_s: float = REQUEST_DEADLINE_S
     connect_timeout_s: float = 2.0
+    first_byte_timeout_s: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
+    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
+    migration_attempts: int = DEFAULT_MIGRATION_ATTEMPTS
     scrape_interval_s: float = DEFAULT_INTERVAL_S
     load_stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
@@ -97,6 +111,18 @@ class RouterSettings:
     @property
     def scaled_deadline_s(self) -> float:
         return self.request_deadline_s * self.latency_scale
+
+    def dispatch_settings(self, slo: SloTargets) -> DispatchSettings:
+        """The dispatcher's bounds, in wall seconds (attempt timeouts stretched by the scale)."""
+        scale = self.latency_scale
+        first_byte_s, stall_s = self.first_byte_timeout_s, self.stall_timeout_s
+        return DispatchSettings(
+            slo=slo,
+            connect_timeout_s=self.connect_timeout_s,
+            first_byte_timeout_s=None if first_byte_s is None else first_byte_s * scale,
+            stall_timeout_s=None if stall_s is None else stall_s * scale,
+            migration_attempts=self.migration_attempts,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +186,7 @@ class RouterService:
             breakers=self.breakers,
             upstream=self.upstream,
             metrics=self.metrics,
-            settings=DispatchSettings(
-                slo=self.slo, connect_timeout_s=self.settings.connect_timeout_s
-            ),
+            settings=self.settings.dispatch_settings(self.slo),
             clock=self.clock,
         )
         self.scraper = ReplicaScraper(
@@ -415,6 +439,7 @@ class RouterService:
         table = self.table.snapshot()
         if self._indexed is None or self._indexed[0] is not table:
             self.fleet.sync(table)
+            self.dispatcher.table_changed(table)
             self._indexed = (table, {r.replica_id: r for r in table.replicas})
         return self._indexed[1]
 

@@ -137,6 +137,9 @@ def cmd_router(args: argparse.Namespace) -> int:
         slo=router_slo.targets(args, file_targets),
         upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
+        first_byte_timeout_s=args.first_byte_timeout or None,  # 0: no bound
+        stall_timeout_s=args.stall_timeout or None,
+        migration_attempts=args.migration_attempts,
     )
     config = RouterConfig(
         replicas_file=Path(args.config or ""),
@@ -222,10 +225,11 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )  # fmt: skip
     tls.add_client_flags(router, "control-plane", what="the control plane")
     tls.add_client_flags(router, "replica", what="https:// replicas")
-    from orchestrator.cli import router_limits, router_slo
+    from orchestrator.cli import router_attempts, router_limits, router_slo
 
     router_slo.add_flags(router)
     router_limits.add_flags(router)
+    router_attempts.add_flags(router)
     router.set_defaults(handler=cmd_router)
 
 

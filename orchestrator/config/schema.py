@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.config.admission import AdmissionSpec
+from orchestrator.config.attempts import AttemptsSpec
 from orchestrator.config.errors import ConfigProblem, field_path
 from orchestrator.config.fabric_health import FabricHealthSpec
 from orchestrator.config.slo import SloSpec
@@ -280,6 +281,7 @@ class RouterSpec(_Strict):
     grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
     admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
+    attempts: AttemptsSpec = AttemptsSpec()  # attempt timeouts, migrations (config/attempts.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
 
     @field_validator("slo")

@@ -9,7 +9,13 @@ Contract of `Dispatcher.dispatch`:
   as a retry). When every candidate failed, it raises BAD_GATEWAY (502) if one answered
   malformed, else UNAVAILABLE.
 - A 4xx from the replica is the client's answer: returned as it is, never retried.
-- Once a stream has started, an upstream failure ends it with a terminal event in the stream's
+- Each attempt at a stream has two bounds of its own (`DispatchSettings`): its first byte within
+  `first_byte_timeout_s`, else it moves to the next fallback like a failure; and no gap between
+  chunks longer than `stall_timeout_s`.
+- Once a chat or text completions stream has started, a replica that fails, stalls past that
+  bound or drains moves the stream to another replica as a continuation (`stream_relay.py`,
+  `continuation.py`), at most `migration_attempts` times. When it cannot move (the Responses
+  API, a tool call under way, no replica left), the stream ends with a terminal event in its
   framing (`event_stream.py`): `data: {"error": {...}}` then `data: [DONE]` for completions, an
   `event: error` for the Responses API.
 - A request whose context names a replica (`RequestContext.replica_id`: the holder of a stored
@@ -23,23 +29,20 @@ Contract of `Dispatcher.dispatch`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.records import Replica
-from orchestrator.core.slo import SloOutcome, SloTarget, SloTargets
+from orchestrator.core.records import Replica, ReplicaState
+from orchestrator.core.slo import SloTarget, SloTargets
+from orchestrator.forwarding.attempts import AttemptFailed, Ledger, UpstreamErrorKind
 from orchestrator.forwarding.breaker import CircuitBreakers
-from orchestrator.forwarding.event_stream import (
-    COMPLETIONS_FRAMING,
-    DONE_EVENT,
-    Framing,
-    framing_for,
-)
-from orchestrator.forwarding.metrics import ReplicaSeries, RouterMetrics
+from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, framing_for
+from orchestrator.forwarding.metrics import RouterMetrics
+from orchestrator.forwarding.stream_relay import MigrationReason, Moved, StreamRelay
 from orchestrator.forwarding.upstream import (
     UpstreamConnectError,
     UpstreamDisconnected,
@@ -51,35 +54,44 @@ from orchestrator.routing.context import RequestContext
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import Decision, RoutingView
 from orchestrator.routing.profile import Profile
+from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
 
 SSE_CONTENT_TYPE: Final = "text/event-stream"
 PINNED_PROFILE: Final = "stored-response"  # the `profile` label of a request sent to its holder
-_DRAIN_AFTER_DONE_S: Final = 1.0  # a replica ends its body this soon after [DONE], or is dropped
+CHAT_PATH: Final = "/v1/chat/completions"
+DEFAULT_FIRST_BYTE_TIMEOUT_S: Final = 60.0
+DEFAULT_STALL_TIMEOUT_S: Final = 30.0
+DEFAULT_MIGRATION_ATTEMPTS: Final = 2
 _PASSED_HEADERS: Final = (
     ("content-type", "Content-Type"),
     ("content-encoding", "Content-Encoding"),
 )
 
 
-class UpstreamErrorKind(StrEnum):
-    """Why a replica failed us: the `kind` label of the upstream error counter."""
-
-    CONNECT = "connect"  # refused, reset or timed out before an answer began
-    HTTP_5XX = "http_5xx"
-    DISCONNECT = "disconnect"  # the answer began, then the connection broke
-    MALFORMED = "malformed"  # the answer broke HTTP/1.1 framing; its connection was dropped
-    CIRCUIT_OPEN = "circuit_open"  # skipped: routed to before routing saw its circuit open
-    HEALTH = "health"
-    SCRAPE = "scrape"
-
-
 @dataclass(frozen=True, slots=True)
 class DispatchSettings:
-    """Latency targets per model and class (wall seconds) and the per-attempt connect timeout."""
+    """Latency targets per model and class (wall seconds) and the bounds of one attempt.
+
+    `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` a stream's first
+    bytes (a non-streamed answer's first byte comes with its last, so only the deadline bounds
+    it); `stall_timeout_s` the longest gap between a stream's chunks. None: no bound but the
+    deadline. `migration_attempts` caps the continuations one stream may start (0: none).
+    """
 
     slo: SloTargets
     connect_timeout_s: float = 2.0
+    first_byte_timeout_s: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
+    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
+    migration_attempts: int = DEFAULT_MIGRATION_ATTEMPTS
+
+    def __post_init__(self) -> None:
+        for name in ("first_byte_timeout_s", "stall_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 (or None), got {value}")
+        if self.migration_attempts < 0:
+            raise ValueError(f"migration_attempts must be >= 0, got {self.migration_attempts}")
 
 
 @dataclass(slots=True)
@@ -102,117 +114,16 @@ class UpstreamReply:
             await self.chunks.aclose()
 
 
-class _Attempt:
-    """One try on one replica, finished exactly once (FleetState, breaker and metrics agree)."""
+@dataclass(slots=True)
+class _Request:
+    """One request as its attempts share it."""
 
-    __slots__ = ("done", "first_token_s", "replica", "series", "slo_class", "started_s", "target")
-
-    def __init__(
-        self,
-        replica: Replica,
-        series: ReplicaSeries,
-        started_s: float,
-        target: SloTarget,
-        slo_class: str,
-    ) -> None:
-        self.replica = replica
-        self.series = series
-        self.started_s = started_s
-        self.target = target
-        self.slo_class = slo_class
-        self.first_token_s: float | None = None
-        self.done = False
-
-
-class _Ledger:
-    """The books every attempt keeps: FleetState, the breaker, per-replica metrics.
-
-    `open` counts an attempt in; `close` counts it out exactly once, whatever ended it.
-    """
-
-    __slots__ = ("_breakers", "_clock", "_fleet", "_metrics")
-
-    def __init__(
-        self, fleet: FleetState, breakers: CircuitBreakers, metrics: RouterMetrics, clock: Clock
-    ) -> None:
-        self._fleet = fleet
-        self._breakers = breakers
-        self._metrics = metrics
-        self._clock = clock
-
-    def open(self, replica: Replica, start_s: float, target: SloTarget, slo_class: str) -> _Attempt:
-        series = self._metrics.series(replica)
-        self._fleet.started(replica, target.tpot_s)
-        series.in_flight.inc()
-        return _Attempt(replica, series, start_s, target, slo_class)
-
-    def first_token(self, attempt: _Attempt) -> None:
-        attempt.first_token_s = self._clock.now()
-        ttft_s = attempt.first_token_s - attempt.started_s
-        self._fleet.first_token(attempt.replica, ttft_s)
-        attempt.series.ttft.observe(ttft_s)
-
-    def close(
-        self,
-        attempt: _Attempt,
-        *,
-        ok: bool,
-        output_tokens: int | None,
-        replica_failed: bool = False,
-        stream: bool = False,
-    ) -> None:
-        """Count the attempt out, once; later calls do nothing.
-
-        `ok` means the replica's whole answer reached us (a 4xx answer included); a failure,
-        the deadline or a client that went away make it false, and only a replica failure counts
-        against the breaker. Non-streamed answers give no TTFT or TPOT: the router cannot see
-        when their tokens were made, so their SLO outcome rests on the end-to-end target alone.
-        """
-        if attempt.done:
-            return
-        attempt.done = True
-        replica_id = attempt.replica.replica_id
-        end_s = self._clock.now()
-        tokens = output_tokens or 0
-        tpot_s = None
-        if stream and attempt.first_token_s is not None and tokens > 1:
-            tpot_s = (end_s - attempt.first_token_s) / (tokens - 1)
-        self._fleet.finished(
-            attempt.replica,
-            ok=ok,
-            output_tokens=tokens,
-            tpot_s=tpot_s,
-            target_tpot_s=attempt.target.tpot_s,
-        )
-        attempt.series.in_flight.dec()
-        if replica_failed:
-            self._breakers.failed(replica_id)
-            outcome = SloOutcome.FAILED
-        elif ok:
-            self._breakers.succeeded(replica_id)
-            e2e_s = end_s - attempt.started_s
-            attempt.series.e2e.observe(e2e_s)
-            if tpot_s is not None:
-                attempt.series.tpot.observe(tpot_s)
-            ttft_s = None
-            if stream and attempt.first_token_s is not None:
-                ttft_s = attempt.first_token_s - attempt.started_s
-            outcome = attempt.target.outcome(ttft_s=ttft_s, tpot_s=tpot_s, e2e_s=e2e_s)
-        else:
-            self._breakers.released(replica_id)
-            outcome = SloOutcome.FAILED
-        self._metrics.slo_outcome(attempt.replica, attempt.slo_class, outcome)
-
-    def upstream_error(self, replica: Replica, kind: UpstreamErrorKind) -> None:
-        self._metrics.upstream_errors.labels(replica.replica_id, kind.value).inc()
-
-
-class _AttemptFailed(Exception):
-    """This replica cannot take the request; try the next one."""
-
-    def __init__(self, kind: UpstreamErrorKind) -> None:
-        super().__init__(kind.value)
-        self.kind = kind
+    ctx: RequestContext
+    path: str
+    body: bytes
+    deadline_s: float
+    target: SloTarget
+    slo_class: str
 
 
 class Dispatcher:
@@ -238,7 +149,8 @@ class Dispatcher:
         self._metrics = metrics
         self.settings = settings
         self._clock = clock or MonotonicClock()
-        self._ledger = _Ledger(fleet, breakers, metrics, self._clock)
+        self._ledger = Ledger(fleet, breakers, metrics, self._clock)
+        self.streams: dict[str, set[StreamRelay]] = {}  # movable streams by replica id
 
     async def dispatch(
         self, ctx: RequestContext, path: str, body: bytes, *, deadline_s: float
@@ -249,17 +161,14 @@ class Dispatcher:
         Raises `OrchestratorError`: NOT_FOUND (unknown model), UNAVAILABLE (no replica could take
         it), DEADLINE_EXCEEDED (the deadline passed before the first byte).
         """
-        table = self._table.snapshot()
         now = self._clock.now()
         if deadline_s <= now:
             raise _deadline_error()
         slo_class = ctx.priority.value
-        target = self.settings.slo.target(ctx.model, slo_class)
-        if ctx.replica_id is not None:
-            decision = _pinned(ctx.replica_id, table.replica(ctx.replica_id))
-        else:
-            view = RoutingView(table, target.ttft_s, target.tpot_s, now)
-            decision = self.profile.decide(ctx, view, self._fleet.candidates(table))
+        request = _Request(
+            ctx, path, body, deadline_s, self.settings.slo.target(ctx.model, slo_class), slo_class
+        )
+        decision = self._decide(request, now)
         primary = decision.primary
         self._metrics.decided(decision.profile, primary)
         stats = self._fleet.stats(primary.replica_id)
@@ -274,11 +183,12 @@ class Dispatcher:
                 failures.append(UpstreamErrorKind.CIRCUIT_OPEN.value)
                 continue
             try:
-                reply = await self._attempt(replica, path, body, deadline_s, target, slo_class)
-            except _AttemptFailed as failure:
+                opened = await self._attempt(replica, request, body)
+            except AttemptFailed as failure:
                 self._ledger.upstream_error(replica, failure.kind)
                 failures.append(failure.kind.value)
                 continue
+            reply = opened if isinstance(opened, UpstreamReply) else self._relayed(request, opened)
             reply.retries = index
             return reply
         if UpstreamErrorKind.MALFORMED.value in failures:
@@ -293,41 +203,102 @@ class Dispatcher:
             f"{len(failures)} tried ({', '.join(failures)})",
         )
 
+    def table_changed(self, table: RoutingTable) -> None:
+        """Move the streams of replicas that drain or left `table` to others."""
+        for replica_id, relays in list(self.streams.items()):
+            replica = table.replica(replica_id)
+            if replica is None or replica.state is ReplicaState.DRAINING:
+                for relay in list(relays):
+                    relay.move_off()
+
+    def _decide(self, request: _Request, now: float) -> Decision:
+        ctx = request.ctx
+        table = self._table.snapshot()
+        if ctx.replica_id is not None:
+            return _pinned(ctx.replica_id, table.replica(ctx.replica_id))
+        target = request.target
+        view = RoutingView(table, target.ttft_s, target.tpot_s, now)
+        return self.profile.decide(ctx, view, self._fleet.candidates(table))
+
+    def _relayed(self, request: _Request, opened: Moved) -> UpstreamReply:
+        framing = framing_for(request.path)
+        mover = None
+        if (
+            self.settings.migration_attempts
+            and framing is COMPLETIONS_FRAMING
+            and request.ctx.replica_id is None
+        ):
+            mover = _Mover(self, request, opened.attempt.replica)
+        relay = StreamRelay(
+            self._ledger,
+            opened.attempt,
+            opened.response,
+            opened.first,
+            framing,
+            mover=mover,
+            stall_timeout_s=self.settings.stall_timeout_s,
+        )
+        status, headers = opened.response.status, _passed_headers(opened.response.headers)
+        return UpstreamReply(status, headers, opened.attempt.replica, chunks=relay)
+
+    async def _continue(self, request: _Request, body: bytes, tried: set[str]) -> Moved | None:
+        """Start a continuation (`body`) on the best replica not in `tried`; None when the
+        attempts ran out or no replica took it before the deadline."""
+        now = self._clock.now()
+        if now >= request.deadline_s:
+            return None
+        decision = self._decide(request, now)
+        for replica in (decision.primary, *decision.fallbacks):
+            if replica.replica_id in tried or not self._breakers.allow(replica.replica_id):
+                continue
+            tried.add(replica.replica_id)
+            try:
+                opened = await self._attempt(replica, request, body)
+            except AttemptFailed as failure:
+                self._ledger.upstream_error(replica, failure.kind)
+                return None
+            except OrchestratorError:  # the deadline passed
+                return None
+            if isinstance(opened, UpstreamReply):  # refused (4xx): the next would refuse too
+                return None
+            return opened
+        return None
+
     # -- one attempt ---------------------------------------------------------------------------
 
     async def _attempt(
-        self,
-        replica: Replica,
-        path: str,
-        body: bytes,
-        deadline_s: float,
-        target: SloTarget,
-        slo_class: str,
-    ) -> UpstreamReply:
+        self, replica: Replica, request: _Request, body: bytes
+    ) -> UpstreamReply | Moved:
+        """A whole answer, or a stream that started (its first bytes read)."""
         start_s = self._clock.now()
-        remaining_s = deadline_s - start_s
+        remaining_s = request.deadline_s - start_s
         if remaining_s <= 0:
             self._breakers.released(replica.replica_id)
             raise _deadline_error()
-        attempt = self._ledger.open(replica, start_s, target, slo_class)
-        framing = framing_for(path)
+        attempt = self._ledger.open(replica, start_s, request.target, request.slo_class)
+        framing = framing_for(request.path)
+        first_byte_s = self.settings.first_byte_timeout_s if request.ctx.stream else None
+        bounded = first_byte_s is not None and first_byte_s < remaining_s
         response: UpstreamResponse | None = None
         handed_over = False
         try:
             try:
-                response = await self._upstream.post_json(
-                    replica.url,
-                    path,
-                    body,
-                    timeout_s=remaining_s,
-                    connect_timeout_s=self.settings.connect_timeout_s,
-                )
-                if response.status >= 500:
-                    raise _AttemptFailed(UpstreamErrorKind.HTTP_5XX)
-                headers = _passed_headers(response.headers)
-                streamed = response.status < 300 and headers.get("Content-Type", "").startswith(
-                    SSE_CONTENT_TYPE
-                )
+                async with asyncio.timeout(first_byte_s if bounded else None):
+                    response = await self._upstream.post_json(
+                        replica.url,
+                        request.path,
+                        body,
+                        timeout_s=remaining_s,
+                        connect_timeout_s=self.settings.connect_timeout_s,
+                    )
+                    if response.status >= 500:
+                        raise AttemptFailed(UpstreamErrorKind.HTTP_5XX)
+                    headers = _passed_headers(response.headers)
+                    streamed = response.status < 300 and headers.get("Content-Type", "").startswith(
+                        SSE_CONTENT_TYPE
+                    )
+                    if streamed:
+                        first = await response.read_some()
                 if not streamed:
                     data = await response.read()
                     response.release()
@@ -336,23 +307,23 @@ class Dispatcher:
                     return UpstreamReply(
                         response.status, headers, replica, body=data, output_tokens=tokens or 0
                     )
-                first = await response.read_some()
                 if not first:
-                    raise _AttemptFailed(UpstreamErrorKind.DISCONNECT)
+                    raise AttemptFailed(UpstreamErrorKind.DISCONNECT)
             except UpstreamMalformed as error:
-                raise _AttemptFailed(UpstreamErrorKind.MALFORMED) from error
+                raise AttemptFailed(UpstreamErrorKind.MALFORMED) from error
             except UpstreamDisconnected as error:
-                raise _AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
+                raise AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
             except UpstreamConnectError as error:
-                if self._clock.now() >= deadline_s:
+                if self._clock.now() >= request.deadline_s:
                     raise _deadline_error() from None
-                raise _AttemptFailed(UpstreamErrorKind.CONNECT) from error
+                raise AttemptFailed(UpstreamErrorKind.CONNECT) from error
             except TimeoutError:
+                if bounded and self._clock.now() < request.deadline_s:
+                    raise AttemptFailed(UpstreamErrorKind.FIRST_BYTE_TIMEOUT) from None
                 raise _deadline_error() from None
-            relay = StreamRelay(self._ledger, attempt, response, first, framing)
             handed_over = True
-            return UpstreamReply(response.status, headers, replica, chunks=relay)
-        except _AttemptFailed:
+            return Moved(attempt, response, first)
+        except AttemptFailed:
             self._ledger.close(attempt, ok=False, output_tokens=0, replica_failed=True)
             raise
         finally:
@@ -362,130 +333,39 @@ class Dispatcher:
                 self._ledger.close(attempt, ok=False, output_tokens=0)
 
 
-class StreamRelay:
-    """An upstream SSE stream as an async iterator of byte chunks, relayed as they arrive.
+class _Mover:
+    """The dispatcher's side of one stream's migrations: what to send, where it has been."""
 
-    The stream ends with the replica's body or, sooner, once a chunk that ends the stream in its
-    framing (`data: [DONE]`, or the Responses API's terminal event) has been yielded: the answer
-    is whole then, and a client that hangs up as soon as it reads that (as the official client
-    does) has had all of it. The replica's end of the body is then awaited in the background, to
-    keep the connection.
+    __slots__ = ("_dispatcher", "_left", "_request", "_tried", "chat", "replica_id", "request")
 
-    Tokens are counted as output events (no JSON parsing per chunk); the usage at the end, when
-    there is one, gives the exact count. A failure after the first chunk yields one last chunk
-    holding the terminal error event of the framing. `aclose()` closes the upstream connection
-    (so the replica aborts) unless the stream already ended; calling it more than once is
-    harmless.
-    `on_end`, when set, is called once with the stream's output tokens when it ends, however.
-    """
+    def __init__(self, dispatcher: Dispatcher, request: _Request, first: Replica) -> None:
+        self._dispatcher = dispatcher
+        self._request = request
+        self._left = dispatcher.settings.migration_attempts
+        self._tried = {first.replica_id}
+        self.request = request.body
+        self.chat = request.path.startswith(CHAT_PATH)
+        self.replica_id: str | None = None
 
-    __slots__ = ("_attempt", "_done", "_end_watch", "_events", "_first", "_framing", "_last",
-                 "_ledger", "_previous", "_response", "_unsent", "head", "on_end")  # fmt: skip
+    def track(self, relay: StreamRelay, replica_id: str | None) -> None:
+        streams = self._dispatcher.streams
+        if self.replica_id is not None:
+            relays = streams.get(self.replica_id)
+            if relays is not None:
+                relays.discard(relay)
+                if not relays:
+                    del streams[self.replica_id]
+        self.replica_id = replica_id
+        if replica_id is not None:
+            streams.setdefault(replica_id, set()).add(relay)
 
-    def __init__(
-        self,
-        ledger: _Ledger,
-        attempt: _Attempt,
-        response: UpstreamResponse,
-        first: bytes,
-        framing: Framing = COMPLETIONS_FRAMING,
-    ) -> None:
-        self._ledger = ledger
-        self._attempt = attempt
-        self._framing = framing
-        self._response: UpstreamResponse | None = response
-        self._first: bytes | None = first
-        self.head = first  # the stream's first bytes (a response's id is in them)
-        self._events = framing.counted_events(first)
-        if self._events:  # TTFT at the first output event (a Responses head carries none)
-            ledger.first_token(attempt)
-        self._previous = b""
-        self._last = first
-        self._unsent = False  # the chunk last yielded never reached the client
-        self._end_watch = framing.end_watch()
-        self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
-        self.on_end: Callable[[int], None] | None = None
-
-    def __aiter__(self) -> StreamRelay:
-        return self
-
-    @property
-    def finished(self) -> bool:
-        """Every byte of the stream has been yielded: the next step ends it without waiting."""
-        response = self._response
-        return self._first is None and (self._done or response is None or response.finished)
-
-    async def __anext__(self) -> bytes:
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
-        response = self._response
-        if response is None:
-            raise StopAsyncIteration
-        if self._done:
-            self._end(ok=True)
-            raise StopAsyncIteration
-        try:
-            data = await response.read_some()
-        except TimeoutError:
-            self._end(ok=False)
-            return self.error_event(_deadline_error())
-        except UpstreamMalformed:
-            self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.MALFORMED)
-            self._end(ok=False, replica_failed=True)
-            return self.error_event(
-                OrchestratorError(ErrorCode.BAD_GATEWAY, "the replica's stream broke its framing")
-            )
-        except UpstreamDisconnected:
-            self._ledger.upstream_error(self._attempt.replica, UpstreamErrorKind.DISCONNECT)
-            self._end(ok=False, replica_failed=True)
-            return self.error_event(
-                OrchestratorError(ErrorCode.UNAVAILABLE, "the replica failed mid-stream")
-            )
-        except BaseException:
-            self._end(ok=False)
-            raise
-        if not data:
-            self._end(ok=True)
-            raise StopAsyncIteration
-        counted = self._framing.counted_events(data)
-        if counted and not self._events:
-            self._ledger.first_token(self._attempt)
-        self._events += counted
-        self._previous, self._last = self._last, data
-        self._done = self._end_watch.ends(data)
-        return data
-
-    async def aclose(self) -> None:
-        self._end(ok=False)
-
-    def error_event(self, error: OrchestratorError) -> bytes:
-        """The terminal event that ends this stream with `error`, numbered after what was sent."""
-        sent = self._previous if self._unsent else self._previous + self._last
-        return self._framing.error_event(error, sent)
-
-    def unsent(self) -> None:
-        """The chunk last yielded was not passed on: the terminal event follows the one before."""
-        self._unsent = True
-
-    def _end(self, *, ok: bool, replica_failed: bool = False) -> None:
-        response, self._response = self._response, None
-        if response is None:
-            return
-        if ok:
-            response.release(drain_s=_DRAIN_AFTER_DONE_S)
-        else:
-            response.close()
-        tail = self._previous + self._last
-        tokens = self._framing.output_tokens(tail)
-        if tokens is None:
-            tokens = max(0, self._events - (1 if DONE_EVENT in tail else 0))
-        self._ledger.close(
-            self._attempt, ok=ok, output_tokens=tokens, replica_failed=replica_failed, stream=True
-        )
-        on_end, self.on_end = self.on_end, None
-        if on_end is not None:
-            on_end(tokens)
+    async def move(self, body: bytes, reason: MigrationReason) -> Moved | None:
+        while self._left > 0:
+            self._left -= 1
+            moved = await self._dispatcher._continue(self._request, body, self._tried)
+            if moved is not None:
+                return moved
+        return None
 
 
 def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -508,9 +388,3 @@ def _deadline_error() -> OrchestratorError:
     return OrchestratorError(
         ErrorCode.DEADLINE_EXCEEDED, "the request did not finish before its deadline"
     )
-
-
-def error_event(error: OrchestratorError) -> bytes:
-    """The terminal SSE events for a completions stream that cannot go on: an OpenAI error, then
-    [DONE]. (A relay's own `error_event` answers in its stream's framing.)"""
-    return COMPLETIONS_FRAMING.error_event(error)

@@ -97,8 +97,24 @@ class RouterMetrics:
         )
         self.upstream_errors = Counter(
             "orchestrator_router_upstream_errors_total",
-            "Failures talking to a replica by kind (connect, http_5xx, disconnect, malformed...).",
+            "Failures talking to a replica by kind (connect, http_5xx, disconnect, malformed,"
+            " first_byte_timeout, stall...).",
             ["replica", "kind"],
+            registry=registry,
+        )
+        self.migrations = Counter(
+            "orchestrator_router_migrations_total",
+            "Streams continued on another replica after their first token, by reason"
+            " (disconnect, stall, drain) and outcome (continued; failed: no replica took the"
+            " continuation; impossible: the stream could not be continued).",
+            ["reason", "outcome"],
+            registry=registry,
+        )
+        self.migration_seconds = Histogram(
+            "orchestrator_router_migration_seconds",
+            "From a stream's failure to its continuation's first bytes, by reason.",
+            ["reason"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=registry,
         )
         self.circuit_open = Gauge(

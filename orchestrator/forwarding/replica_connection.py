@@ -126,6 +126,14 @@ class UpstreamResponse:
         if connection is not None:
             connection.finish(reusable=False)
 
+    def fail(self, error: UpstreamError) -> None:
+        """End the body now with `error` for its reader and drop the connection (the replica
+        sees it close): how the router's own bounds end an answer, such as a stream's stall
+        timeout. Nothing happens once the body ended."""
+        connection = self._connection
+        if connection is not None and not self._complete and self._error is None:
+            connection._fail(error)
+
     def _take(self) -> bytes:
         pieces = self._pieces
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)

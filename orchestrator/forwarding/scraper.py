@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.records import Replica
 from orchestrator.engines import adapter_for
+from orchestrator.forwarding.attempts import UpstreamErrorKind
 from orchestrator.forwarding.breaker import BreakerState, CircuitBreakers
-from orchestrator.forwarding.dispatcher import UpstreamErrorKind
 from orchestrator.forwarding.metrics import RouterMetrics
 from orchestrator.forwarding.upstream import UpstreamError, UpstreamPool
 from orchestrator.routing.estimator import CapacityEstimator

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import logging
 import random
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -33,8 +31,10 @@ from orchestrator.core.openai_errors import openai_error
 from orchestrator.fleet.workload import WorkloadSampler
 from orchestrator.sim.batcher import SimRequest
 from orchestrator.sim.body import check_model, json_body
+from orchestrator.sim.completion_shapes import CompletionShape, sse
+from orchestrator.sim.continuation import chat_continuation, chat_skip, prompt_skip
 from orchestrator.sim.live import LiveEngine
-from orchestrator.sim.planning import Limits, OutputStream, Pieces, Plan, ToolCall, plan_request
+from orchestrator.sim.planning import Limits, OutputStream, Pieces, Plan, plan_request
 from orchestrator.sim.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -110,18 +110,6 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(OrchestratorError(ErrorCode.INTERNAL, "internal server error"))
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _usage(plan: Plan) -> dict[str, int]:
-    return {
-        "prompt_tokens": plan.prompt_tokens,
-        "completion_tokens": plan.output_tokens,
-        "total_tokens": plan.prompt_tokens + plan.output_tokens,
-    }
-
-
 def request_plan(
     app: web.Application,
     prompt_tokens: int,
@@ -142,158 +130,64 @@ def request_plan(
     )
 
 
-def _tool_call_entry(call: ToolCall, call_id: str) -> dict[str, Any]:
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
-
-
-class _Completion:
-    """The shape differences between chat and text completions, in one place each."""
-
-    def __init__(self, chat: bool, model: str) -> None:
-        self.chat = chat
-        self.model = model
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        self.call_id = "chatcmpl-tool-" + uuid.uuid4().hex
-        self.created = int(time.time())
-
-    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-
-    def whole(self, pieces: Pieces, plan: Plan) -> dict[str, Any]:
-        if self.chat:
-            call = plan.tool_call
-            message = {
-                "role": "assistant",
-                "content": None if call is not None else pieces.content,
-                "reasoning": pieces.reasoning or None,
-                "tool_calls": [] if call is None else [_tool_call_entry(call, self.call_id)],
-            }
-            choice = {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": plan.finish_reason,
-            }
-            body = self._envelope("chat.completion", [choice])
-        else:
-            choice = {
-                "index": 0,
-                "text": pieces.reasoning + pieces.content,
-                "logprobs": None,
-                "finish_reason": plan.finish_reason,
-            }
-            body = self._envelope("text_completion", [choice])
-        body["usage"] = _usage(plan)
-        return body
-
-    def chunk(
-        self,
-        pieces: Pieces,
-        finish_reason: str | None,
-        *,
-        first: bool = False,
-        call: ToolCall | None = None,
-    ) -> dict[str, Any]:
-        """One streamed chunk; `call` set opens the function call (its name, empty arguments)."""
-        if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-            if pieces.reasoning:
-                delta["reasoning"] = pieces.reasoning
-            if pieces.content:
-                delta["content"] = pieces.content
-            if call is not None:
-                opened = _tool_call_entry(ToolCall(call.name, ""), self.call_id)
-                delta["tool_calls"] = [{"index": 0, **opened}]
-            elif pieces.arguments:
-                delta["tool_calls"] = [{"index": 0, "function": {"arguments": pieces.arguments}}]
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            return self._envelope("chat.completion.chunk", [choice])
-        text = pieces.reasoning + pieces.content
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return self._envelope("text_completion", [choice])
-
-    def usage_chunk(self, plan: Plan) -> dict[str, Any]:
-        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
-        body["usage"] = _usage(plan)
-        return body
-
-
 async def _generate(
     request: web.Request,
     body: ChatCompletionRequest | CompletionRequest,
     plan: Plan,
     chat: bool,
+    skip: int = 0,
 ) -> web.StreamResponse:
+    """Serve `plan`; a continuation skips the `skip` output tokens it was given (`continuation`)."""
     app = request.app
-    model = app[INFO].model_name
     engine = app[ENGINE]
-    sim = engine.submit(plan.prompt_tokens, plan.output_tokens, plan.finish_reason)
-    shape = _Completion(chat, model)
+    sim = engine.submit(plan.prompt_tokens + skip, plan.output_tokens - skip, plan.finish_reason)
+    shape = CompletionShape(chat, app[INFO].model_name)
     output = OutputStream(plan)
+    output.advance(skip)
     try:
         if not body.stream:
             await engine.wait_finished(sim)
-            return web.json_response(shape.whole(output.whole(), plan))
-        return await _stream(request, engine, sim, shape, output, plan, body)
+            return web.json_response(shape.whole(output.whole(), plan, skip))
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the client left; `finally` aborts
+            await _write_events(response, engine, sim, shape, output, plan, body, skip)
+        return response
     finally:
         engine.abort(sim)  # a no-op once finished; frees the KV of a vanished client
-
-
-async def _stream(
-    request: web.Request,
-    engine: LiveEngine,
-    sim: SimRequest,
-    shape: _Completion,
-    output: OutputStream,
-    plan: Plan,
-    body: ChatCompletionRequest | CompletionRequest,
-) -> web.StreamResponse:
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    await response.prepare(request)
-    with contextlib.suppress(ConnectionResetError):  # the client left; the caller aborts
-        await _write_events(response, engine, sim, shape, output, plan, body)
-    return response
 
 
 async def _write_events(
     response: web.StreamResponse,
     engine: LiveEngine,
     sim: SimRequest,
-    shape: _Completion,
+    shape: CompletionShape,
     output: OutputStream,
     plan: Plan,
     body: ChatCompletionRequest | CompletionRequest,
+    skip: int,
 ) -> None:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     first = shape.chat
     call_pending = plan.tool_call
-    async for count in engine.token_counts(sim):
+    async for made in engine.token_counts(sim):
+        count = skip + made
         last = count >= plan.output_tokens
         pieces = output.advance(count)
         opens = call_pending if call_pending is not None and pieces.arguments else None
         if opens is not None:  # the call's name goes first, then its arguments as they grow
             await response.write(
-                _sse(shape.chunk(Pieces(reasoning=pieces.reasoning), None, first=first, call=opens))
+                sse(shape.chunk(Pieces(reasoning=pieces.reasoning), None, first=first, call=opens))
             )
             pieces, first, call_pending = Pieces(arguments=pieces.arguments), False, None
         if first or pieces.reasoning or pieces.content or pieces.arguments or last:
-            await response.write(_sse(shape.chunk(pieces, None, first=first)))
+            await response.write(sse(shape.chunk(pieces, None, first=first)))
             first = False
         if last:
             break
-    await response.write(_sse(shape.chunk(Pieces(), plan.finish_reason)))
+    await response.write(sse(shape.chunk(Pieces(), plan.finish_reason)))
     if include_usage:
-        await response.write(_sse(shape.usage_chunk(plan)))
+        await response.write(sse(shape.usage_chunk(plan, skip)))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
 
@@ -307,7 +201,11 @@ def _chat_tool(body: ChatCompletionRequest) -> FunctionTool | None:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = parse_body(ChatCompletionRequest, await json_body(request))
     check_model(request.app[INFO].model_name, body.model)
-    prompt_tokens = chat_prompt_tokens([m.text() for m in body.messages])
+    continued = chat_continuation(body)
+    if continued is None:
+        prompt_tokens = chat_prompt_tokens([m.text() for m in body.messages])
+    else:
+        prompt_tokens = continued.prompt_tokens
     limits = Limits(
         body.token_limit,
         body.seed,
@@ -316,8 +214,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body.stops,
         body.reasoning_effort,
     )
-    plan = request_plan(request.app, prompt_tokens, limits, param="messages", tool=_chat_tool(body))
-    return await _generate(request, body, plan, chat=True)
+    tool = _chat_tool(body)
+    if continued is None:
+        plan = request_plan(request.app, prompt_tokens, limits, param="messages", tool=tool)
+        return await _generate(request, body, plan, chat=True)
+    # The plan of the whole answer: its limits are the continuation's plus what it was given.
+    limits = _seeded(request.app, limits)
+    unbounded = dataclasses.replace(limits, max_tokens=None)
+    given = chat_skip(
+        request_plan(request.app, prompt_tokens, unbounded, param="messages"), continued
+    )
+    plan = request_plan(request.app, prompt_tokens, _widened(limits, given), param="messages")
+    return await _generate(request, body, plan, chat=True, skip=chat_skip(plan, continued))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -327,7 +235,31 @@ async def completions(request: web.Request) -> web.StreamResponse:
     prompt_tokens = len(body.prompt) if text is None else max(1, text_tokens(text))
     limits = Limits(body.token_limit, body.seed, body.ignore_eos, body.min_tokens, body.stops)
     plan = request_plan(request.app, prompt_tokens, limits, param="prompt")
-    return await _generate(request, body, plan, chat=False)
+    if text is None or body.seed is None or body.echo:
+        return await _generate(request, body, plan, chat=False)
+    unbounded = dataclasses.replace(limits, max_tokens=None)
+    given, chars = prompt_skip(
+        request_plan(request.app, prompt_tokens, unbounded, param="prompt"), text
+    )
+    if not given:
+        return await _generate(request, body, plan, chat=False)
+    prompt_tokens = max(1, text_tokens(text[: len(text) - chars]))
+    plan = request_plan(request.app, prompt_tokens, _widened(limits, given), param="prompt")
+    return await _generate(request, body, plan, chat=False, skip=min(given, plan.output_tokens - 1))
+
+
+def _seeded(app: web.Application, limits: Limits) -> Limits:
+    """`limits` with a seed (drawn now if it has none), so that two plans of it agree."""
+    if limits.seed is not None:
+        return limits
+    return dataclasses.replace(limits, seed=app[SEEDS].getrandbits(63))
+
+
+def _widened(limits: Limits, given: int) -> Limits:
+    """The limits of a whole answer whose first `given` tokens a continuation holds."""
+    max_tokens = None if limits.max_tokens is None else limits.max_tokens + given
+    min_tokens = limits.min_tokens + given if limits.min_tokens else 0
+    return dataclasses.replace(limits, max_tokens=max_tokens, min_tokens=min_tokens)
 
 
 def _tokenized(info: ServerInfo, ids: list[int], strs: bool) -> web.Response:

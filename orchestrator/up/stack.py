@@ -350,6 +350,7 @@ def _start_router(config: OrchestratorConfig, endpoints: Endpoints) -> subproces
         "--profile", config.router.profile,
         "--latency-scale", str(config.router.latency_scale or 1.0),
         *config.router.admission.router_flags(),
+        *config.router.attempts.router_flags(),
         *config.router.slo.router_flags(),
     ]  # fmt: skip
     return subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)

@@ -33,10 +33,11 @@ from prometheus_client.exposition import generate_latest
 
 from orchestrator.admission.keys import ApiKey
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.forwarding.dispatcher import StreamRelay, UpstreamReply
+from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
 from orchestrator.forwarding.passthrough import WholeReply
 from orchestrator.forwarding.stored_responses import check_response_id
+from orchestrator.forwarding.stream_relay import StreamRelay
 from orchestrator.frontends.http.auth import ApiKeys
 from orchestrator.frontends.http.context import request_context, responses_context
 from orchestrator.frontends.http.messages import Answer, Request, StreamAnswer

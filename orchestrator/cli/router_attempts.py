@@ -1,0 +1,40 @@
+"""The router's per-attempt flags: first-byte and stall timeouts, mid-stream migrations."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.cli.arg_types import non_negative_float as _non_negative_float
+from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
+from orchestrator.forwarding.dispatcher import (
+    DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    DEFAULT_MIGRATION_ATTEMPTS,
+    DEFAULT_STALL_TIMEOUT_S,
+)
+
+
+def _timeout(raw: str) -> float:
+    value = _non_negative_float(raw)
+    if value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be finite (0 turns the bound off), got {raw}")
+    return value
+
+
+def add_flags(router: argparse.ArgumentParser) -> None:
+    """Add the attempt-timeout and migration flags to `orchestrator router`."""
+    router.add_argument(
+        "--first-byte-timeout", type=_timeout, default=DEFAULT_FIRST_BYTE_TIMEOUT_S,
+        help="seconds a replica may take to send a stream's first bytes before the request is"
+        " retried on another, times --latency-scale; 0: only the deadline bounds it"
+        f" (default {DEFAULT_FIRST_BYTE_TIMEOUT_S:g})",
+    )  # fmt: skip
+    router.add_argument(
+        "--stall-timeout", type=_timeout, default=DEFAULT_STALL_TIMEOUT_S,
+        help="longest gap between a stream's chunks before it moves to another replica, times"
+        f" --latency-scale; 0: no bound (default {DEFAULT_STALL_TIMEOUT_S:g})",
+    )  # fmt: skip
+    router.add_argument(
+        "--migration-attempts", type=_non_negative_int, default=DEFAULT_MIGRATION_ATTEMPTS,
+        help="continuations on other replicas one stream may start when its replica fails,"
+        f" stalls or drains mid-stream; 0: none (default {DEFAULT_MIGRATION_ATTEMPTS})",
+    )  # fmt: skip
