@@ -439,7 +439,6 @@ class RouterService:
         table = self.table.snapshot()
         if self._indexed is None or self._indexed[0] is not table:
             self.fleet.sync(table)
-            self.dispatcher.table_changed(table)
             self._indexed = (table, {r.replica_id: r for r in table.replicas})
         return self._indexed[1]
 
@@ -447,6 +446,7 @@ class RouterService:
         """Keep fleet state, estimator, breakers and metrics in step with table changes."""
         async for table in self.table.watch():
             self.fleet.sync(table)
+            self.dispatcher.table_changed(table)  # streams on draining replicas move
             # Against the live set, not the previous table: versions in between may be skipped
             # here while requests and scrapes already used them.
             live = {r.replica_id for r in table.replicas}
