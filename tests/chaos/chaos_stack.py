@@ -12,7 +12,10 @@
 `Load` drives steady streaming chat completions through the router with the official `openai`
 client and sorts every request into completed, failed with a clean error (an OpenAI error body or
 SSE error event), failed uncleanly (a dropped connection, a stream cut without an error) or hung
-(no end within the router's deadline plus a grace). The router's view (which replicas it would
+(no end within the router's deadline plus a grace). A long load (`long_output=True`: seeded
+answers of `LONG_TOKENS`) keeps what each stream read, for `replay_mismatches` to compare with
+the same request answered whole by a healthy replica: the check that a stream moved mid-way lost
+or repeated nothing. The router's view (which replicas it would
 route to) is sampled every `SAMPLE_S` on its own loop, so detection and recovery are read from
 what the router did, not from what the test did.
 """
@@ -67,6 +70,11 @@ DEADLINE_S = 10.0
 HUNG_AFTER_S = DEADLINE_S + 5.0
 CLIENTS = 6
 MAX_TOKENS = 12
+LONG_TOKENS = 160  # a long answer streams for about 2 s at this time scale
+# Per-attempt bounds (real seconds; times TIME_SCALE on the wall): a stalled stream moves after
+# 2 s, a silent replica is left after 4 s.
+STALL_TIMEOUT_S = 0.5
+FIRST_BYTE_TIMEOUT_S = 1.0
 SAMPLE_S = 0.05
 DETECT_BOUND_S = 5.0
 # Ray's own node failure detection, quickened as `orchestrator up` cannot (1.5 s, not 30 s).
@@ -239,6 +247,14 @@ class ChaosStack:
                 raise AssertionError(f"the router's view did not change within {timeout_s:g} s")
             await asyncio.sleep(SAMPLE_S)
 
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of the router's registry (0 when it has none yet)."""
+        return self.router.registry.get_sample_value(name, labels) or 0.0
+
+    def streams_on(self, replica_id: str) -> int:
+        """Streams the router relays from `replica_id` now that could move elsewhere."""
+        return len(self.router.dispatcher.streams.get(replica_id, ()))
+
     async def fleet_whole(self, timeout_s: float = 90.0) -> None:
         await self.until(time.monotonic(), lambda s: len(s.routable) == self.fleet_size, timeout_s)
 
@@ -297,7 +313,10 @@ def chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             TableHolder(),
             profile_named("capacity"),
             settings=RouterSettings(
-                latency_scale=TIME_SCALE, request_deadline_s=DEADLINE_S / TIME_SCALE
+                latency_scale=TIME_SCALE,
+                request_deadline_s=DEADLINE_S / TIME_SCALE,
+                stall_timeout_s=STALL_TIMEOUT_S,
+                first_byte_timeout_s=FIRST_BYTE_TIMEOUT_S,
             ),
             scrape_replicas=False,
         )
@@ -369,12 +388,29 @@ class Outcome:
 
 
 @dataclass
+class StreamRead:
+    """What one long stream's client read: to compare with a replay of `seed`'s request."""
+
+    seed: int
+    started_s: float = 0.0
+    ended_s: float = 0.0
+    text: str = ""
+    ids: set[str] = field(default_factory=set)
+    roles: int = 0
+    finishes: list[str] = field(default_factory=list)
+    usages: list[tuple[int, int]] = field(default_factory=list)  # (prompt, completion)
+
+
+@dataclass
 class Load:
     """`CLIENTS` clients sending streaming chat completions back to back until stopped."""
 
     router_url: str
+    long_output: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
+    reads: list[StreamRead] = field(default_factory=list)  # completed long streams
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    seeds: Iterator[int] = field(default_factory=itertools.count)
 
     async def run(self) -> None:
         client = openai.AsyncOpenAI(
@@ -391,27 +427,52 @@ class Load:
             if self.stop.is_set():
                 return
             started = time.monotonic()
+            read = StreamRead(next(self.seeds)) if self.long_output else None
             try:
                 kind, detail = await asyncio.wait_for(
-                    _request(client, f"client {number} turn {turn}"), HUNG_AFTER_S
+                    _request(client, f"client {number} turn {turn}", read), HUNG_AFTER_S
                 )
             except TimeoutError:
                 kind, detail = "hung", f"no end within {HUNG_AFTER_S:g} s"
-            self.outcomes.append(Outcome(kind, started, time.monotonic(), detail))
+            ended = time.monotonic()
+            self.outcomes.append(Outcome(kind, started, ended, detail))
+            if read is not None and kind == "completed":
+                read.started_s, read.ended_s = started, ended
+                self.reads.append(read)
 
 
-async def _request(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, str]:
+def long_request(seed: int) -> dict[str, Any]:
+    """The body of long stream `seed` (`ignore_eos`: the same length on every generation)."""
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Tell the fleet story number {seed}."}],
+        "max_tokens": LONG_TOKENS,
+        "seed": seed,
+        "extra_body": {"ignore_eos": True},
+    }
+
+
+async def _request(
+    client: openai.AsyncOpenAI, prompt: str, read: StreamRead | None = None
+) -> tuple[str, str]:
     try:
-        chunks = await client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": prompt}],
-            max_tokens=MAX_TOKENS,
-            stream=True,
-        )
+        if read is None:
+            chunks = await client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=MAX_TOKENS,
+                stream=True,
+            )
+        else:
+            chunks = await client.chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **long_request(read.seed)
+            )
         finish = None
         async for chunk in chunks:
             if chunk.choices and chunk.choices[0].finish_reason:
                 finish = chunk.choices[0].finish_reason
+            if read is not None:
+                _note(read, chunk)
     except openai.APIConnectionError as error:  # the connection broke: no error was given
         return "unclean", f"{type(error).__name__}: {error}"
     except openai.APIError as error:  # an OpenAI error body or SSE error event
@@ -421,10 +482,49 @@ async def _request(client: openai.AsyncOpenAI, prompt: str) -> tuple[str, str]:
     return "completed", ""
 
 
+def _note(read: StreamRead, chunk: Any) -> None:
+    read.ids.add(chunk.id)
+    if chunk.usage is not None:
+        read.usages.append((chunk.usage.prompt_tokens, chunk.usage.completion_tokens))
+    for choice in chunk.choices:
+        read.roles += choice.delta.role is not None
+        read.text += choice.delta.content or ""
+        if choice.finish_reason is not None:
+            read.finishes.append(choice.finish_reason)
+
+
+async def replay_mismatches(reads: list[StreamRead], replica_url: str) -> list[str]:
+    """Each read against its request answered whole by the replica at `replica_url`: what
+    differs (text, usage, finish, or a stream that was not one: two ids, two role deltas)."""
+    client = openai.AsyncOpenAI(base_url=f"{replica_url}/v1", api_key="unused", max_retries=0)
+
+    async def check(read: StreamRead) -> str:
+        whole = await client.chat.completions.create(**long_request(read.seed))
+        assert whole.usage is not None
+        usage = (whole.usage.prompt_tokens, whole.usage.completion_tokens)
+        problems = [
+            name
+            for name, ok in (
+                ("text", read.text == whole.choices[0].message.content),
+                ("usage", read.usages == [usage]),
+                ("finish", read.finishes == [whole.choices[0].finish_reason]),
+                ("one stream", len(read.ids) == 1 and read.roles == 1),
+            )
+            if not ok
+        ]
+        return f"seed {read.seed}: {', '.join(problems)}" if problems else ""
+
+    async with client:
+        found = await asyncio.gather(*(check(read) for read in reads))
+    return [problem for problem in found if problem]
+
+
 @contextlib.asynccontextmanager
-async def steady_load(stack: ChaosStack, warm_s: float = 1.5) -> AsyncIterator[Load]:
+async def steady_load(
+    stack: ChaosStack, warm_s: float = 1.5, *, long_output: bool = False
+) -> AsyncIterator[Load]:
     """Load running for `warm_s` before the block and until every request ended after it."""
-    load = Load(stack.router_url)
+    load = Load(stack.router_url, long_output=long_output)
     clients = asyncio.create_task(load.run())
     await asyncio.sleep(warm_s)
     try:
@@ -455,6 +555,7 @@ class ChaosRow:
     detected_by: str
     recover_s: float
     examples: tuple[str, ...] = ()
+    moved: MidStream | None = None
 
     @classmethod
     def of(
@@ -465,14 +566,33 @@ class ChaosRow:
         bound_s: float,
         detected_by: str,
         recover_s: float,
+        moved: MidStream | None = None,
     ) -> ChaosRow:
         kinds = ("completed", "clean", "unclean", "hung")
         count = {k: sum(o.kind == k for o in load.outcomes) for k in kinds}
-        examples = tuple(sorted({o.detail for o in load.outcomes if o.detail}))[:4]
+        details = {o.detail for o in load.outcomes if o.detail}
+        if moved is not None:
+            details |= set(moved.mismatches)
+        examples = tuple(sorted(details))[:4]
         return cls(
             fault, len(load.outcomes), count["completed"], count["clean"], count["unclean"],
             count["hung"], round(detect_s, 2), bound_s, detected_by, round(recover_s, 2), examples,
+            moved,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class MidStream:
+    """Streams the fault caught mid-way: `migrated` continued elsewhere, `replayed` streams
+    compared with a replay (`mismatches`: those that differ). `moved_s`: the fault to the last
+    stream moved off the replica; `continue_s`: the router's mean time from a stream's failure
+    to its continuation's first bytes."""
+
+    migrated: int
+    replayed: int
+    mismatches: tuple[str, ...]
+    moved_s: float
+    continue_s: float
 
 
 def format_table(rows: list[ChaosRow]) -> str:
@@ -480,12 +600,18 @@ def format_table(rows: list[ChaosRow]) -> str:
         f"{'fault':<28} {'requests':>8} {'completed':>9} {'clean err':>9} {'unclean':>7} "
         f"{'hung':>4} {'detect s':>8} {'bound s':>7} {'detected by':<14} {'recover s':>9}"
     )
+    head += f" {'migrated':>8} {'replay ok':>9} {'moved s':>7} {'continue s':>10}"
     lines = [head, "-" * len(head)]
     for r in rows:
+        moved = r.moved
+        tail = f" {'-':>8} {'-':>9} {'-':>7} {'-':>10}"
+        if moved is not None:
+            ok = f"{moved.replayed - len(moved.mismatches)}/{moved.replayed}"
+            tail = f" {moved.migrated:>8} {ok:>9} {moved.moved_s:>7.2f} {moved.continue_s:>10.3f}"
         lines.append(
             f"{r.fault:<28} {r.requests:>8} {r.completed:>9} {r.failed_clean:>9} "
             f"{r.failed_unclean:>7} {r.hung:>4} {r.detect_s:>8.2f} {r.detect_bound_s:>7.1f} "
-            f"{r.detected_by:<14} {r.recover_s:>9.2f}"
+            f"{r.detected_by:<14} {r.recover_s:>9.2f}" + tail
         )
     for r in rows:
         lines.extend(f"  {r.fault}: {example}" for example in r.examples)

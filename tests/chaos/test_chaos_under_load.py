@@ -1,9 +1,13 @@
-"""Chaos under steady streaming load: a replica SIGKILLed, a replica SIGSTOPped, one site cut off
-by a network partition, the `Registry` actor killed, a Ray node killed — in turn, on one stack.
+"""Chaos under steady streaming load: a replica SIGKILLed, SIGSTOPped and drained while it streams
+long answers, one site cut off by a network partition, the `Registry` actor killed, a Ray node
+killed — in turn, on one stack.
 
 Every row must show zero hung requests and no request failed without a clean error; the router
 must stop routing to what failed within 5 s (for the SIGSTOPped replica, which hangs rather than
-dies, within the router's request deadline). The table is printed and written as JSON.
+dies, within the router's request deadline). In the three mid-stream rows nothing may fail at
+all: every stream the fault caught continues on another replica and reads exactly as a replay of
+its request on a healthy replica (text, usage, one finish, one stream). The table is printed and
+written as JSON.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ from chaos_stack import (
     DETECT_BOUND_S,
     ChaosRow,
     ChaosStack,
+    Load,
+    MidStream,
     chaos_stack,
     format_table,
+    replay_mismatches,
     steady_load,
     write_json,
 )
@@ -61,45 +68,136 @@ def check(row: ChaosRow) -> None:
     assert row.detect_s <= row.detect_bound_s, row
 
 
-def test_replica_sigkilled_under_load(stack: ChaosStack) -> None:
+def check_mid_stream(row: ChaosRow) -> None:
+    check(row)
+    assert row.moved is not None and row.moved.migrated > 0, row
+    assert row.failed_clean == 0, row
+    assert row.moved.mismatches == (), row
+
+
+async def caught_mid_stream(stack: ChaosStack, replica_ids: set[str]) -> str:
+    """Wait until one of `replica_ids` has relayed a stream for a while; that replica."""
+    since_s = time.monotonic()
+    while True:
+        busy = [r for r in sorted(replica_ids) if stack.streams_on(r)]
+        if busy:
+            await asyncio.sleep(0.3)  # well under way, far from its end
+            if stack.streams_on(busy[0]):
+                return busy[0]
+        streaming = sorted(stack.router.dispatcher.streams)
+        assert time.monotonic() - since_s < 20, f"no stream on {replica_ids}; on {streaming}"
+        await asyncio.sleep(0.02)
+
+
+class Migrations:
+    """The router's migration counters for `reason`, from when this was made."""
+
+    def __init__(self, stack: ChaosStack, reason: str) -> None:
+        self.stack, self.reason = stack, reason
+        self.before = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        metric = self.stack.metric
+        labels = {"reason": self.reason}
+        return (
+            metric("orchestrator_router_migrations_total", outcome="continued", **labels),
+            metric("orchestrator_router_migration_seconds_sum", **labels),
+            metric("orchestrator_router_migration_seconds_count", **labels),
+        )
+
+    async def summary(self, load: Load, faulted: float, moved_s: float) -> MidStream:
+        migrated, seconds, count = (a - b for a, b in zip(self._read(), self.before, strict=True))
+        caught = [r for r in load.reads if r.started_s < faulted < r.ended_s]
+        healthy = self.stack.eu_sims[0].url
+        mismatches = await replay_mismatches(caught, healthy)
+        return MidStream(
+            int(migrated), len(caught), tuple(mismatches), round(moved_s, 2),
+            round(seconds / count, 3) if count else 0.0,
+        )  # fmt: skip
+
+
+async def moved_off(stack: ChaosStack, replica_id: str, since_s: float) -> float:
+    """Seconds from `since_s` until the router relays no stream from `replica_id`."""
+    while stack.streams_on(replica_id):
+        assert time.monotonic() - since_s < DEADLINE_S, "streams did not move off"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - since_s
+
+
+def test_replica_sigkilled_mid_stream(stack: ChaosStack) -> None:
     sim = stack.us_sims[0]
     gone = {sim.replica_id}
 
     async def scenario() -> ChaosRow:
-        async with steady_load(stack) as load:
+        counted = Migrations(stack, "disconnect")
+        async with steady_load(stack, long_output=True) as load:
+            await caught_mid_stream(stack, gone)
             faulted = time.monotonic()
             sim.kill()
+            moved_s = await moved_off(stack, sim.replica_id, faulted)
             detect_s = await stack.until(faulted, lambda s: not gone & s.routable, 30)
             await asyncio.sleep(1.0)
             healed = time.monotonic()
             await asyncio.to_thread(lambda: sim.start().wait_ready())
             recover_s = await stack.until(healed, lambda s: gone <= s.routable, 60)
         by = stack.detected_by(faulted, detect_s, gone)
-        return ChaosRow.of("replica SIGKILL", load, detect_s, DETECT_BOUND_S, by, recover_s)
+        moved = await counted.summary(load, faulted, moved_s)
+        return ChaosRow.of(
+            "replica SIGKILL mid-stream", load, detect_s, DETECT_BOUND_S, by, recover_s, moved
+        )
 
-    check(asyncio.run(scenario()))
+    check_mid_stream(asyncio.run(scenario()))
 
 
-def test_replica_sigstopped_under_load(stack: ChaosStack) -> None:
+def test_replica_sigstopped_mid_stream(stack: ChaosStack) -> None:
     sim = stack.us_sims[1]
     hanging = {sim.replica_id}
 
     async def scenario() -> ChaosRow:
-        async with steady_load(stack) as load:
+        counted = Migrations(stack, "stall")
+        async with steady_load(stack, long_output=True) as load:
+            await caught_mid_stream(stack, hanging)
             faulted = time.monotonic()
             sim.signal(signal.SIGSTOP)
             try:
+                moved_s = await moved_off(stack, sim.replica_id, faulted)
                 detect_s = await stack.until(faulted, lambda s: not hanging & s.routable, 60)
-                # Hung past the deadline: whatever it holds must end by the deadline, cleanly.
-                await asyncio.sleep(max(0.0, faulted + HOLD_S - time.monotonic()))
             finally:
                 healed = time.monotonic()
                 sim.signal(signal.SIGCONT)
             recover_s = await stack.until(healed, lambda s: hanging <= s.routable, 60)
         by = stack.detected_by(faulted, detect_s, hanging)
-        return ChaosRow.of("replica SIGSTOP", load, detect_s, DEADLINE_S, by, recover_s)
+        moved = await counted.summary(load, faulted, moved_s)
+        return ChaosRow.of(
+            "replica SIGSTOP mid-stream", load, detect_s, DEADLINE_S, by, recover_s, moved
+        )
 
-    check(asyncio.run(scenario()))
+    check_mid_stream(asyncio.run(scenario()))
+
+
+def test_replica_drained_mid_stream(stack: ChaosStack) -> None:
+    registry = stack.control_plane.registry
+
+    async def scenario() -> ChaosRow:
+        counted = Migrations(stack, "drain")
+        async with steady_load(stack, long_output=True) as load:
+            target = await caught_mid_stream(stack, {sim.replica_id for sim in stack.us_sims})
+            faulted = time.monotonic()
+            await registry.drain.remote(target)
+            moved_s = await moved_off(stack, target, faulted)
+            detect_s = await stack.until(faulted, lambda s: target not in s.routable, 30)
+            # Drained, an external endpoint stays out until forgotten; its next check then
+            # registers it again, ready.
+            healed = time.monotonic()
+            await registry.deregister_replica.remote(target)
+            recover_s = await stack.until(healed, lambda s: target in s.routable, 60)
+        moved = await counted.summary(load, faulted, moved_s)
+        return ChaosRow.of(
+            "replica drained mid-stream", load, detect_s, DETECT_BOUND_S, "control plane",
+            recover_s, moved,
+        )  # fmt: skip
+
+    check_mid_stream(asyncio.run(scenario()))
 
 
 def test_site_partitioned_under_load(stack: ChaosStack) -> None:
@@ -182,8 +280,9 @@ def test_chaos_table(
     with capsys.disabled():
         print(f"\nchaos under load ({path}):\n{format_table(ROWS)}")
     assert [r.fault for r in ROWS] == [
-        "replica SIGKILL",
-        "replica SIGSTOP",
+        "replica SIGKILL mid-stream",
+        "replica SIGSTOP mid-stream",
+        "replica drained mid-stream",
         "site partitioned (netns)",
         "Registry actor killed",
         "Ray node killed",
