@@ -122,7 +122,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
 
-    from orchestrator.cli import router_limits, router_slo
+    from orchestrator.cli import router_attempts, router_limits, router_slo
     from orchestrator.forwarding.upstream import UpstreamSettings
     from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
@@ -137,10 +137,8 @@ def cmd_router(args: argparse.Namespace) -> int:
         slo=router_slo.targets(args, file_targets),
         upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
-        first_byte_timeout_s=args.first_byte_timeout or None,  # 0: no bound
-        stall_timeout_s=args.stall_timeout or None,
-        migration_attempts=args.migration_attempts,
     )
+    settings = router_attempts.with_attempts(settings, args)
     config = RouterConfig(
         replicas_file=Path(args.config or ""),
         profile=args.profile,

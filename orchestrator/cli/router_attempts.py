@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.arg_types import non_negative_float as _non_negative_float
 from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
@@ -11,6 +13,9 @@ from orchestrator.forwarding.dispatcher import (
     DEFAULT_MIGRATION_ATTEMPTS,
     DEFAULT_STALL_TIMEOUT_S,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.router_service import RouterSettings
 
 
 def _timeout(raw: str) -> float:
@@ -38,3 +43,13 @@ def add_flags(router: argparse.ArgumentParser) -> None:
         help="continuations on other replicas one stream may start when its replica fails,"
         f" stalls or drains mid-stream; 0: none (default {DEFAULT_MIGRATION_ATTEMPTS})",
     )  # fmt: skip
+
+
+def with_attempts(settings: RouterSettings, args: argparse.Namespace) -> RouterSettings:
+    """`settings` with these flags' bounds (a 0 s timeout: no bound)."""
+    return dataclasses.replace(
+        settings,
+        first_byte_timeout_s=args.first_byte_timeout or None,
+        stall_timeout_s=args.stall_timeout or None,
+        migration_attempts=args.migration_attempts,
+    )
