@@ -73,7 +73,7 @@ class RouterSettings:
     replica's load is unknown (the file-fed scraper sets its own bound from its round length).
     `first_byte_timeout_s` and `stall_timeout_s` bound one attempt at a stream (its first
     bytes; the longest gap between its chunks; None: no bound), stretched by the latency scale
-    like the deadline; `migration_attempts` caps the continuations of one stream
+    like the deadline; `migration_attempts` caps the replicas tried to continue one stream
     (`forwarding/dispatcher.py`).
     """
 

@@ -40,8 +40,8 @@ def add_flags(router: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     router.add_argument(
         "--migration-attempts", type=_non_negative_int, default=DEFAULT_MIGRATION_ATTEMPTS,
-        help="continuations on other replicas one stream may start when its replica fails,"
-        f" stalls or drains mid-stream; 0: none (default {DEFAULT_MIGRATION_ATTEMPTS})",
+        help="replicas tried, at most, to continue a stream whose replica fails, stalls or"
+        f" drains mid-stream; 0: never (default {DEFAULT_MIGRATION_ATTEMPTS})",
     )  # fmt: skip
 
 

@@ -4,7 +4,7 @@
       attempts:
         firstByteTimeoutS: 60    # a stream's first bytes, else it is retried elsewhere (0: off)
         stallTimeoutS: 30        # the longest gap between chunks, else it moves (0: off)
-        migrations: 2            # continuations one stream may start mid-stream (0: none)
+        migrations: 2            # replicas tried to continue a stream that broke (0: never)
 
 Both timeouts are stretched by the router's latency scale, as the deadline is. The defaults are
 those of `RouterSettings` (`forwarding/dispatcher.py` says what each bound does).
