@@ -15,9 +15,9 @@ Contract of `Dispatcher.dispatch`:
 - Once a chat or text completions stream has started, a replica that fails, stalls past that
   bound or drains moves the stream to another replica as a continuation (`stream_relay.py`,
   `continuation.py`), trying at most `migration_attempts` replicas. When it cannot move (the
-  Responses API, a tool call under way, no replica left, a continuation that broke in turn), the
-  stream ends with a terminal event in its framing (`event_stream.py`): `data: {"error": ...}`
-  then `data: [DONE]` for completions, an `event: error` for the Responses API.
+  Responses API, a tool call under way, no replica left to try), the stream ends with a terminal
+  event in its framing (`event_stream.py`): `data: {"error": ...}` then `data: [DONE]` for
+  completions, an `event: error` for the Responses API.
 - A request whose context names a replica (`RequestContext.replica_id`: the holder of a stored
   response) goes there and nowhere else; NOT_FOUND when it left the table.
 - The absolute `deadline_s` bounds everything, connect and read timeouts included: before the
@@ -76,8 +76,8 @@ class DispatchSettings:
     `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` a stream's first
     bytes (a non-streamed answer's first byte comes with its last, so only the deadline bounds
     it); `stall_timeout_s` the longest gap between a stream's chunks. None: no bound but the
-    deadline. `migration_attempts` caps the replicas tried to continue one stream (0: never);
-    a continuation that breaks in turn ends the stream with the error event.
+    deadline. `migration_attempts` caps the replicas tried to continue one stream (0: never),
+    over all its moves.
     """
 
     slo: SloTargets

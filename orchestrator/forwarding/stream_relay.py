@@ -278,7 +278,7 @@ class StreamRelay:
         self._previous, self._last = self._last, data
         self._done = self._end_watch.ends(data)
         transcript = self._transcript
-        if transcript is not None and self._splicer is None:
+        if transcript is not None:  # spliced bytes too: a continuation may move again
             self._kept += data
             if len(self._kept) > KEPT_BYTES:
                 transcript.feed(bytes(self._kept))
@@ -298,9 +298,7 @@ class StreamRelay:
             self._ledger.upstream_error(failed, kind)
         error = OrchestratorError(code, message)
         mover, transcript = self._mover, self._transcript
-        if mover is None or transcript is None or self._splicer is not None:
-            # A continuation that fails in turn is not spliced again: its rewrite state and
-            # the first transcript no longer add up.
+        if mover is None or transcript is None:
             self._end(ok=False, replica_failed=kind is not None)
             return self.error_event(error)
         transcript.feed(bytes(self._kept))
@@ -323,7 +321,7 @@ class StreamRelay:
         self._attempt, self._response = moved.attempt, moved.response
         self._moved_tokens = sent_tokens
         self._splicer = Splicer(transcript, mover.request)
-        self._carry = b""
+        self._carry = b""  # a partial event the client never saw
         self._first = None
         if self._stall_s is not None:
             self._watch = _StallWatch(moved.response, self._stall_s)

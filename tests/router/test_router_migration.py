@@ -3,8 +3,9 @@ a test SIGSTOPs and SIGKILLs), read with the official `openai` client.
 
 A replica that never sends a first byte costs a request one first-byte timeout, then it is
 answered elsewhere. A stream whose replica stalls, dies or drains mid-way continues on another
-replica, and the client reads one well-formed stream: one id, one role delta, one finish, one
-usage, and the very text and usage a replay of the same request on a healthy replica gives.
+replica (and again when that one dies too), and the client reads one well-formed stream: one id,
+one role delta, one finish, one usage, and the very text and usage a replay of the same request
+on a healthy replica gives.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -223,7 +225,20 @@ def test_a_replica_that_never_answers_costs_a_stream_one_first_byte_timeout(
         assert took_s < SETTINGS.first_byte_timeout_s + 10  # not the 30 s deadline
 
 
-@pytest.mark.parametrize("fault", ["drain", "SIGSTOP", "SIGKILL"])  # the kill last: it stays dead
+def kill_twice(fleet: Fleet, first: str) -> None:
+    """SIGKILL `first`, then the replica the stream moved to, once it streamed from there."""
+    fleet.signal(first, signal.SIGKILL)
+
+    def then_the_next() -> None:
+        assert wait_until(lambda: bool(fleet.serving()) and fleet.serving() != [first], 5.0)
+        time.sleep(0.4)
+        (second,) = fleet.serving()
+        fleet.signal(second, signal.SIGKILL)
+
+    threading.Thread(target=then_the_next, daemon=True).start()
+
+
+@pytest.mark.parametrize("fault", ["drain", "SIGSTOP", "SIGKILL"])  # the kills last: they stay dead
 def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
     fleet: Fleet, oracle: openai.OpenAI, fault: str
 ) -> None:
@@ -232,7 +247,7 @@ def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
     actions: dict[str, Callable[[str], None]] = {
         "SIGSTOP": lambda replica: fleet.signal(replica, signal.SIGSTOP),
         "drain": fleet.drain,
-        "SIGKILL": lambda replica: fleet.signal(replica, signal.SIGKILL),
+        "SIGKILL": lambda replica: kill_twice(fleet, replica),  # its continuation moves again
     }
     seed = 100 + len(fault)
     read, faulted = moved_stream(fleet, seed, actions[fault])
@@ -242,7 +257,7 @@ def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
         fleet.drain(faulted, ReplicaState.READY)
     print(f"\n{fault}: {read.chunks} chunks, longest gap {read.gap_s:.2f} s")
     check_against_replay(read, oracle, seed)
-    assert migrations(fleet, reason) == before + 1
+    assert migrations(fleet, reason) == before + (2 if fault == "SIGKILL" else 1)
     if fault == "SIGSTOP":  # detected by the stall bound, not the deadline
         assert read.gap_s < SETTINGS.stall_timeout_s + 2.0
     if fault != "SIGKILL":
