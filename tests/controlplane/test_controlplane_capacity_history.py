@@ -12,7 +12,7 @@ from orchestrator.controlplane.capacity_history import CapacityHistory, Capacity
 from orchestrator.controlplane.grpc_translate import status_to_pb, table_from_pb, table_to_pb
 from orchestrator.controlplane.registry_state import RegistryState
 from orchestrator.core.records import ReplicaLoad
-from orchestrator.up.admin import status_from_pb
+from orchestrator.up.admin import PoolRow, Status, status_from_pb
 from orchestrator.up.capacity_status import capacity_rows, format_capacity
 
 
@@ -80,3 +80,15 @@ def test_the_registry_samples_learned_capacity_and_status_shows_it_per_engine_ve
         ("MI300X", "0.11.0", 1),
     ]
     assert "0.11.0" in format_capacity(shown)
+
+
+def test_status_names_each_pool_with_a_step_change_and_its_ratio() -> None:
+    pools = [
+        PoolRow("us-mi355x", "us", "MI355X", "vllm", 2, 2, capacity_steps=1, last_step_ratio=1.38),
+        PoolRow("kr-mi300x", "kr", "MI300X", "vllm", 2, 2),
+    ]
+
+    text = format_capacity(Status(version=1, pools=pools, replicas=[]))
+
+    assert "us-mi355x: 1 capacity step change(s) at an unchanged size, the last x1.38" in text
+    assert "kr-mi300x" not in text
