@@ -25,8 +25,8 @@ from orchestrator.core.generations import Generation, parse_generation
 
 if TYPE_CHECKING:
     from orchestrator.config import OrchestratorConfig
+    from orchestrator.controlplane.admin_client import ControlPlaneClient
     from orchestrator.security.files import TlsFiles
-    from orchestrator.up.admin import ControlPlaneClient
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -164,7 +164,7 @@ def cmd_router(args: argparse.Namespace) -> int:
             partial(grpc_serving, host=args.host, port=args.grpc_port, tls=server_tls)
         )
     if args.control_plane is not None:
-        from orchestrator.up.follow import serve_following
+        from orchestrator.router_process.following import serve_following
 
         return serve_following(
             args.control_plane,
@@ -249,7 +249,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_control_plane(args: argparse.Namespace) -> int:
-    from orchestrator.up.stack import run_control_plane
+    from orchestrator.controlplane.runner import run_control_plane
 
     config = _with_replica_tls(_stack_config(args), tls.client_files(args, "replica"))
     server_tls = tls.server_files(args, client_ca_required=True, config=config.control_plane.tls)
@@ -292,7 +292,10 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
     (a refused request raises `OrchestratorError`, exit 2)."""
 
     def handler(args: argparse.Namespace) -> int:
-        from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable
+        from orchestrator.controlplane.admin_client import (
+            ControlPlaneClient,
+            ControlPlaneUnreachable,
+        )
 
         try:
             client = ControlPlaneClient(
@@ -309,12 +312,12 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
 
 def cmd_status(args: argparse.Namespace) -> int:
     def show(client: ControlPlaneClient) -> str:
-        from orchestrator.up.admin import format_status
+        from orchestrator.controlplane.admin_client import format_status
 
         status = client.status()
         if args.router is None:
             return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
-        from orchestrator.up.slo_status import format_router_slo, router_slo
+        from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 
         slo = router_slo(args.router)
         if args.json:

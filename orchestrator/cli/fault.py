@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from orchestrator.cli.families import command_help
+from orchestrator.controlplane.admin_client import DEFAULT_CONTROL_PLANE
 from orchestrator.fabric.faults import Fault, add_fault, read_faults, remove_faults
 from orchestrator.fabric.manifest import StackManifest, default_fabric_root, read_manifest
 from orchestrator.fabric.model import FaultKind
-from orchestrator.up.admin import DEFAULT_CONTROL_PLANE
 
 KINDS = tuple(kind.value for kind in FaultKind)
 
