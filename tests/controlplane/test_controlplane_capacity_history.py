@@ -8,12 +8,12 @@ import pytest
 from test_controlplane_ray_registry_state import FakeClock, registration
 
 from orchestrator.config import default_config
+from orchestrator.controlplane.admin_client import PoolRow, Status, status_from_pb
 from orchestrator.controlplane.capacity_history import CapacityHistory, CapacitySample
+from orchestrator.controlplane.capacity_status import capacity_rows, format_capacity
 from orchestrator.controlplane.grpc_translate import status_to_pb, table_from_pb, table_to_pb
 from orchestrator.controlplane.registry_state import RegistryState
 from orchestrator.core.records import ReplicaLoad
-from orchestrator.up.admin import PoolRow, Status, status_from_pb
-from orchestrator.up.capacity_status import capacity_rows, format_capacity
 
 
 def run(history: CapacityHistory, per_replica: list[float], replicas: list[int]) -> list[float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from orchestrator.up.admin import Status
+from orchestrator.controlplane.admin_client import Status
 
 
 def capacity_rows(status: Status) -> list[tuple[str, str, int, float]]:
