@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.arg_types import non_negative_float as _non_negative_float
-from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
+from orchestrator.core.arg_types import non_negative_float as _timeout
+from orchestrator.core.arg_types import non_negative_int as _non_negative_int
 from orchestrator.forwarding.dispatcher import (
     DEFAULT_FIRST_BYTE_TIMEOUT_S,
     DEFAULT_MIGRATION_ATTEMPTS,
@@ -16,13 +16,6 @@ from orchestrator.forwarding.dispatcher import (
 
 if TYPE_CHECKING:
     from orchestrator.router_service import RouterSettings
-
-
-def _timeout(raw: str) -> float:
-    value = _non_negative_float(raw)
-    if value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be finite (0 turns the bound off), got {raw}")
-    return value
 
 
 def add_flags(router: argparse.ArgumentParser) -> None:
