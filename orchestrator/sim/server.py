@@ -206,7 +206,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await _generate(request, body, plan, chat=True)
     # The plan of the whole answer: its limits are the continuation's plus what it was given.
     limits = _seeded(request.app, limits)
-    unbounded = dataclasses.replace(limits, max_tokens=None)
+    unbounded = dataclasses.replace(limits, max_tokens=None, stops=())  # seeds alone
     given = chat_skip(
         request_plan(request.app, prompt_tokens, unbounded, param="messages"), continued
     )
@@ -223,7 +223,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     plan = request_plan(request.app, prompt_tokens, limits, param="prompt")
     if text is None or body.seed is None or body.echo:
         return await _generate(request, body, plan, chat=False)
-    unbounded = dataclasses.replace(limits, max_tokens=None)
+    unbounded = dataclasses.replace(limits, max_tokens=None, stops=())  # seeds alone
     given, chars = prompt_skip(
         request_plan(request.app, prompt_tokens, unbounded, param="prompt"), text
     )
