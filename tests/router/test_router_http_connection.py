@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from http_wire import RawClient
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.http.connection import Connections, ConnectionSettings
+from orchestrator.frontends.http.connections import Connections
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.messages import Answer, Request, StreamAnswer
 from orchestrator.frontends.http.routes import Route, RouteTable
 

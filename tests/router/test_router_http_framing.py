@@ -26,7 +26,7 @@ from router_harness import (
 
 from orchestrator.core.generations import Generation
 from orchestrator.frontends.http.app import HttpSettings
-from orchestrator.frontends.http.connection import ConnectionSettings
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, profile_named
 from orchestrator.sim.replica import ReplicaSettings

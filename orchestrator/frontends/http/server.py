@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import multiprocessing
@@ -29,7 +30,8 @@ from typing import Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.frontends.http.app import HttpSettings, OpenAiFrontend, build_routes
-from orchestrator.frontends.http.connection import Connections, ConnectionSettings
+from orchestrator.frontends.http.connections import Connections
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.router_service import RouterService
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import ReloadingServerContext
@@ -87,18 +89,10 @@ class RouterHttpServer:
         self.service = service
         self.frontend = OpenAiFrontend(service, settings)
         service.use_api_keys(settings.api_keys)  # the gRPC front end checks the same keys
-        limits = connection or ConnectionSettings()
-        limits = ConnectionSettings(
+        limits = dataclasses.replace(
+            connection or ConnectionSettings(),
             max_body_bytes=settings.max_body_bytes,
             stream_buffer_bytes=settings.stream_buffer_bytes,
-            idle_s=limits.idle_s,
-            head_timeout_s=limits.head_timeout_s,
-            body_timeout_s=limits.body_timeout_s,
-            max_fields=limits.max_fields,
-            max_field_bytes=limits.max_field_bytes,
-            max_head_bytes=limits.max_head_bytes,
-            cut_grace_s=limits.cut_grace_s,
-            shutdown_grace_s=limits.shutdown_grace_s,
         )
         self.connections = Connections(build_routes(self.frontend), limits, self.frontend.count)
         self._server: asyncio.Server | None = None
