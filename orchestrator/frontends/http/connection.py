@@ -6,18 +6,23 @@ Per RFC 9112 and aiohttp's limits: anything llhttp refuses (bad request line, ba
 value, obsolete line folding, bare LF, `Transfer-Encoding` with `Content-Length`, an unknown
 transfer coding) is a 400 that closes the connection; versions other than HTTP/1.0 and 1.1 get
 505; more than `max_fields` fields, a field or target over `max_field_bytes` or a head over
-`max_head_bytes` get 431 (414 for the target); a body over the limit gets 413 without being kept
-(the rest is read and dropped for up to `LINGER_S`, so the client sees the 413, not a reset).
-Requests are answered in order (pipelining), one at a time; while one is served, reading pauses
-once the next is whole. A route's head check (the API key) runs before its body is read.
+`max_head_bytes` get 431 (414 for the target); a body over the limit gets 413, and a keyed route
+whose head check (the API key) fails gets 401, at once, from the head: either way no byte of the
+body is kept (the rest is read and dropped for up to `LINGER_S`, so the client sees the answer,
+not a reset) and the connection closes. Requests are answered in order (pipelining), one at a
+time; while one is served, reading pauses once the next is whole. Requests refused as malformed
+are logged at a bounded rate, with llhttp's reason and never the request's bytes.
 
 Timeouts, one policy: a connection without a request in progress is closed after `idle_s`; once
 a request's first byte arrives its whole head must arrive within `head_timeout_s` and then its
 body within `body_timeout_s` (bytes trickling in do not extend either); past them the client gets
 408 and the connection closes. Slow readers: nothing waits on a client. Bytes it has not read
 build up in the transport; a stream whose client is more than `stream_buffer_bytes` behind is
-cut (its source closed, the answer's cut event and the last chunk queued, the connection
-closed, and aborted after `cut_grace_s` if the client still has not read).
+cut (its source closed, the answer's terminal error event and the last chunk queued, the
+connection closed, and aborted after `cut_grace_s` if the client still has not read). Past
+`write_buffer_bytes` unread (`pause_writing`), the connection reads and answers nothing more
+until the client catches up, so a pipelining client that never reads holds that much at most,
+and is dropped once it has read nothing for `write_stall_s`.
 """
 
 from __future__ import annotations
@@ -119,9 +124,9 @@ class HttpConnection(asyncio.Protocol):
                 match = reader.match
                 if match is not None and match.route.counted:
                     self._shared.count(str(cause.answer.status))
-                # A client still sending a body too large would see a reset, not the 413,
-                # if the connection closed under it: read on and drop the rest for a while.
-                self._lingering = cause.answer.status == 413
+                # A client still sending a body (too large, or keyless) would see a reset, not
+                # the answer, if the connection closed under it: read on and drop the rest.
+                self._lingering = cause.unread
                 self._stop_parsing(cause.answer)
             else:  # a bug: its type only, never the request's bytes
                 _parse_errors("unhandled %s reading a request", type(cause).__name__)
@@ -241,8 +246,6 @@ class HttpConnection(asyncio.Protocol):
         while self._task is None and self._queue and not self._write_paused:
             pending = self._queue.popleft()
             if pending.answer is not None:
-                if pending.counted:
-                    self._shared.count(str(pending.answer.status))
                 try:
                     self._write_whole(pending.answer, pending.keep_alive, pending.http10)
                 except ConnectionResetError:

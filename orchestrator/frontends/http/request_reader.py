@@ -2,9 +2,9 @@
 route's head check, each request handed on whole (or as an answer decided from its head alone).
 
 A refusal raised here (`Refuse`) ends the connection's requests; see `connection.py` for the
-limits' statuses. The API key of a keyed route is checked once the head is whole, before any
-byte of its body is kept: a refused request's body is read and dropped (bounded by the body
-limit and the body timeout), never held.
+limits' statuses. The API key of a keyed route is checked once the head is whole: a refused
+request is answered at once, before any byte of its body is read, and the connection closes
+(what the client still sends is dropped, as after a 413).
 """
 
 from __future__ import annotations
@@ -23,11 +23,17 @@ _VERSIONS: Final = frozenset({"1.0", "1.1"})
 
 
 class Refuse(Exception):
-    """Raised in a parser callback: answer this and close the connection."""
+    """Raised in a parser callback: answer this and close the connection (`unread`: dropping
+    the body the client may still be sending, so it sees the answer, not a reset)."""
 
-    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.answer = error_answer(OrchestratorError(code, message), status)
+    def __init__(self, answer: Answer, *, unread: bool = False) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+        self.unread = unread
+
+
+def _refuse(status: int, code: ErrorCode, message: str) -> Refuse:
+    return Refuse(refused(status, code, message))
 
 
 @dataclass(slots=True)
@@ -39,7 +45,6 @@ class Pending:
     answer: Answer | None
     keep_alive: bool
     http10: bool
-    counted: bool = False
 
 
 class RequestSink(Protocol):
@@ -73,7 +78,6 @@ class RequestReader:
         self.match: Match | None = None
         self._identity: object = None
         self._early: Answer | None = None  # answered from the head; its body is dropped
-        self._early_counted = False
         self._keep_alive = True
         self.http10 = False
         self._keep_body = False
@@ -93,7 +97,6 @@ class RequestReader:
         self.match = None
         self._identity = None
         self._early = None
-        self._early_counted = False
         self._keep_body = False
         self._body = []
         self._body_bytes = 0
@@ -102,25 +105,25 @@ class RequestReader:
     def on_url(self, url: bytes) -> None:
         self._url_bytes += len(url)
         if self._url_bytes > self._settings.max_field_bytes:
-            raise Refuse(414, ErrorCode.INVALID_ARGUMENT, "the request target is too long")
+            raise _refuse(414, ErrorCode.INVALID_ARGUMENT, "the request target is too long")
         self._url.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         settings = self._settings
         self._fields += 1
         if self._fields > settings.max_fields:
-            raise Refuse(
+            raise _refuse(
                 431, ErrorCode.INVALID_ARGUMENT, f"more than {settings.max_fields} header fields"
             )
         if len(name) + len(value) > settings.max_field_bytes:
-            raise Refuse(
+            raise _refuse(
                 431,
                 ErrorCode.INVALID_ARGUMENT,
                 f"a header field is longer than {settings.max_field_bytes} bytes",
             )
         self._field_bytes += len(name) + len(value) + 4
         if self._field_bytes > settings.max_head_bytes:
-            raise Refuse(
+            raise _refuse(
                 431, ErrorCode.INVALID_ARGUMENT, f"the head is over {settings.max_head_bytes} bytes"
             )
         key = name.decode("latin-1").lower()
@@ -137,7 +140,7 @@ class RequestReader:
         parser = self.parser
         version = parser.get_http_version()
         if version not in _VERSIONS:
-            raise Refuse(
+            raise _refuse(
                 505, ErrorCode.INVALID_ARGUMENT, f"HTTP/{version} is not supported; use HTTP/1.1"
             )
         headers = self._headers
@@ -148,9 +151,9 @@ class RequestReader:
         method = parser.get_method().decode("ascii")
         path = path_of(b"".join(self._url))
         if self.http10 is False and "host" not in headers:
-            raise Refuse(400, ErrorCode.INVALID_ARGUMENT, "an HTTP/1.1 request needs a Host")
+            raise _refuse(400, ErrorCode.INVALID_ARGUMENT, "an HTTP/1.1 request needs a Host")
         if "host" in self._repeated:
-            raise Refuse(400, ErrorCode.INVALID_ARGUMENT, "more than one Host header field")
+            raise _refuse(400, ErrorCode.INVALID_ARGUMENT, "more than one Host header field")
         try:
             match = self._routes.match(method, path)
         except NoRoute as missing:
@@ -160,7 +163,10 @@ class RequestReader:
         self.match = match
         length = headers.get("content-length")
         if length is not None and int(length) > settings.max_body_bytes:
-            raise Refuse(413, ErrorCode.PAYLOAD_TOO_LARGE, _too_large(settings.max_body_bytes))
+            raise Refuse(
+                refused(413, ErrorCode.PAYLOAD_TOO_LARGE, _too_large(settings.max_body_bytes)),
+                unread=True,
+            )
         expect = headers.get("expect")
         if expect is not None and expect.lower() != "100-continue":
             self._early = refused(417, ErrorCode.INVALID_ARGUMENT, "unsupported expectation")
@@ -171,11 +177,8 @@ class RequestReader:
         if route.keyed:
             try:
                 identity = self._routes.check_head(headers)
-            except OrchestratorError as error:
-                self._early = error_answer(error)
-                self._early_counted = route.counted
-                self._sink.head_read(False)
-                return
+            except OrchestratorError as error:  # answered now: no byte of its body is waited for
+                raise Refuse(error_answer(error), unread=True) from None
         self._identity = identity
         self._keep_body = route.reads_body
         self._sink.head_read(expect is not None)
@@ -184,15 +187,14 @@ class RequestReader:
         self._body_bytes += len(body)
         limit = self._settings.max_body_bytes
         if self._body_bytes > limit:  # a chunked body that outgrew the limit
-            raise Refuse(413, ErrorCode.PAYLOAD_TOO_LARGE, _too_large(limit))
+            raise Refuse(refused(413, ErrorCode.PAYLOAD_TOO_LARGE, _too_large(limit)), unread=True)
         if self._keep_body and self._early is None:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
         match = self.match
         if self._early is not None or match is None:
-            pending = Pending(None, None, self._early, self._keep_alive, self.http10,
-                              self._early_counted)  # fmt: skip
+            pending = Pending(None, None, self._early, self._keep_alive, self.http10)
         else:
             target = b"".join(self._url)
             query = target.partition(b"?")[2].decode("latin-1")
