@@ -346,7 +346,7 @@ def router_argv(
         return [
             sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
             "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-            "--grpc-port", "0", "--latency-scale", str(args.time_scale),
+            "--grpc-port", "0", "--metrics-port", "0", "--latency-scale", str(args.time_scale),
         ]  # fmt: skip
     family, policy = name.split()
     module = (

@@ -20,6 +20,7 @@ from orchestrator.cli.arg_types import port as _port
 from orchestrator.cli.arg_types import positive_int as _positive_int
 from orchestrator.cli.extras import missing_extra_message
 from orchestrator.cli.families import add_families
+from orchestrator.config.schema import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
@@ -155,7 +156,10 @@ def cmd_router(args: argparse.Namespace) -> int:
         api_keys=keys,
         stream_buffer_bytes=args.stream_buffer_bytes,
     )
-    listen = Listen(args.host, args.port, args.workers, server_tls)
+    listen = Listen(
+        args.host, args.port, args.workers, server_tls,
+        metrics_host=args.metrics_host, metrics_port=args.metrics_port or None,
+    )  # fmt: skip
     companions = []
     if args.grpc_port:
         from orchestrator.frontends.grpc.server import grpc_serving
@@ -198,6 +202,15 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     router.add_argument(
         "--grpc-port", type=_port, default=50051, help="gRPC port (default 50051; 0 disables)"
     )
+    router.add_argument(
+        "--metrics-port", type=_port, default=DEFAULT_METRICS_PORT,
+        help=f"port of /metrics for Prometheus, never served on the API port (default "
+        f"{DEFAULT_METRICS_PORT}; 0 disables)",
+    )  # fmt: skip
+    router.add_argument(
+        "--metrics-host", default="127.0.0.1",
+        help="address of the metrics port (default 127.0.0.1; in a pod, 0.0.0.0)",
+    )  # fmt: skip
     router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
     router.add_argument(
         "--latency-scale", type=_positive_float, default=1.0,
@@ -405,8 +418,8 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status.add_argument(
         "--router", metavar="URL",
-        help="also show this router's latency targets and SLO attainment per class and pool"
-        " (e.g. http://127.0.0.1:8000)",
+        help="also show this router's latency targets and SLO attainment per class and pool,"
+        " read from its metrics port (e.g. http://127.0.0.1:9190)",
     )  # fmt: skip
     status.set_defaults(handler=cmd_status)
     drain = operator("drain", "stop new requests to a pool (size 0) or one replica")

@@ -12,7 +12,8 @@
          replicas: 2, gpusPerReplica: 1, engineArgs: ["--max-num-seqs", "256"]}
       - {name: us-legacy, site: us, generation: MI300X, engine: external,
          endpoints: ["http://10.1.0.9:8000"]}
-    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10,
+    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, metricsPort: 9190,
+             latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
@@ -71,6 +72,7 @@ BUILTIN_PROFILE_NAMES: Final = (
 DEFAULT_PROFILE: Final = "capacity"
 DEFAULT_ROUTER_HTTP_PORT: Final = 8000
 DEFAULT_ROUTER_GRPC_PORT: Final = 50051
+DEFAULT_ROUTER_METRICS_PORT: Final = 9190
 DEFAULT_CONTROL_PLANE_GRPC_PORT: Final = 50052
 DEFAULT_EXPORTER_PORT: Final = 9400
 DISCOVERED_PORT: Final = 8000  # vLLM's default; a pool with a selector may set `port`
@@ -268,7 +270,8 @@ class PoolSpec(_Strict):
 
 
 class RouterSpec(_Strict):
-    """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports and latency scale.
+    """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports (`/metrics` on a port of
+    its own, on loopback in the embedded stack) and latency scale.
 
     `latency_scale` says the simulated engines run that much slower, so the router stretches its
     latency targets by it; after the whole config is validated it is never `None` (see the module
@@ -278,6 +281,7 @@ class RouterSpec(_Strict):
     profile: str = DEFAULT_PROFILE
     http_port: Port = Field(default=DEFAULT_ROUTER_HTTP_PORT, alias="httpPort")
     grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
+    metrics_port: Port = Field(default=DEFAULT_ROUTER_METRICS_PORT, alias="metricsPort")
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
     admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
@@ -558,6 +562,7 @@ def _pool_problems(
 _PORTS: Final = (
     ("router", "httpPort", "http_port", DEFAULT_ROUTER_HTTP_PORT),
     ("router", "grpcPort", "grpc_port", DEFAULT_ROUTER_GRPC_PORT),
+    ("router", "metricsPort", "metrics_port", DEFAULT_ROUTER_METRICS_PORT),
     ("controlPlane", "grpcPort", "grpc_port", DEFAULT_CONTROL_PLANE_GRPC_PORT),
     ("controlPlane", "httpSdPort", "http_sd_port", None),
     ("exporters", "port", "port", DEFAULT_EXPORTER_PORT),

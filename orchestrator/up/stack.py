@@ -63,6 +63,7 @@ class Endpoints:
     host: str
     http_port: int
     grpc_port: int
+    metrics_port: int
     control_plane: str
     exporters: tuple[tuple[str, str], ...] = ()
     prometheus: str = ""
@@ -84,6 +85,7 @@ def run_up(
         host=host,
         http_port=config.router.http_port,
         grpc_port=config.router.grpc_port,
+        metrics_port=config.router.metrics_port,
         control_plane=f"127.0.0.1:{config.control_plane.grpc_port}",
     )
     _check_ports_free(config, host)
@@ -203,6 +205,7 @@ def _check_ports_free(config: OrchestratorConfig, host: str) -> None:
     wanted = {
         "router.httpPort": (host, config.router.http_port),
         "router.grpcPort": (host, config.router.grpc_port),
+        "router.metricsPort": ("127.0.0.1", config.router.metrics_port),
         "controlPlane.grpcPort": ("127.0.0.1", config.control_plane.grpc_port),
     }
     if config.control_plane.http_sd_port is not None:
@@ -286,7 +289,7 @@ async def _serve(
             try:
                 prometheus = await start_prometheus(
                     prometheus_request,
-                    router=f"{endpoints.host}:{endpoints.http_port}",
+                    router=f"127.0.0.1:{endpoints.metrics_port}",
                     control_plane=control_plane,
                     fabric=fabric,
                     latency_scale=config.router.latency_scale or 1.0,
@@ -347,6 +350,7 @@ def _start_router(config: OrchestratorConfig, endpoints: Endpoints) -> subproces
         "--host", endpoints.host,
         "--port", str(endpoints.http_port),
         "--grpc-port", str(endpoints.grpc_port),
+        "--metrics-port", str(endpoints.metrics_port),  # on loopback (the default host)
         "--profile", config.router.profile,
         "--latency-scale", str(config.router.latency_scale or 1.0),
         *config.router.admission.router_flags(),
@@ -460,7 +464,7 @@ def banner(
             f"  OpenAI API      {base}/v1  (model {config.model})",
             f"  gRPC inference  {endpoints.host}:{endpoints.grpc_port}",
             f"  control plane   {endpoints.control_plane}  (orchestrator status)",
-            f"  metrics         {base}/metrics",
+            f"  metrics         http://127.0.0.1:{endpoints.metrics_port}/metrics",
             f"  Ray session     {session_dir}",
             *(
                 f"  exporter        {url}  (node {node}; orchestrator fault --help)"

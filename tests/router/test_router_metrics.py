@@ -20,7 +20,7 @@ HISTOGRAM_LABELS = {"le"}
 
 
 def families(router: RouterThread) -> dict[str, list]:
-    with urllib.request.urlopen(f"{router.url}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(f"{router.metrics_url}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {
         family.name: family.samples
@@ -80,7 +80,7 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
     assert pair_router.metric(target, model="*", priority="interactive", kind="ttft") == 3.0
     assert pair_router.metric(target, model="*", priority="batch", kind="tpot") == 0.08
     # `orchestrator status --router` reads the same page
-    slo = router_slo(pair_router.url)
+    slo = router_slo(pair_router.metrics_url)
     assert slo.targets[("*", "interactive")] == {"ttft": 3.0, "tpot": 0.08}
     assert sum(p.answered for p in slo.pools) == 3
     assert all(p.attainment == 1.0 for p in slo.pools)
