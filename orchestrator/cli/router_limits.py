@@ -11,8 +11,9 @@ from orchestrator.admission.settings import (
     DEFAULT_QUEUE_TIMEOUT_S,
     AdmissionSettings,
 )
-from orchestrator.cli.arg_types import non_negative_float as _non_negative_float
-from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
+from orchestrator.core.arg_types import non_negative_float as _non_negative_float
+from orchestrator.core.arg_types import non_negative_int as _non_negative_int
+from orchestrator.core.arg_types import positive_float
 from orchestrator.frontends.http.app import DEFAULT_STREAM_BUFFER_BYTES
 from orchestrator.routing.context import Priority
 
@@ -21,13 +22,6 @@ def _share(raw: str) -> float:
     value = _non_negative_float(raw)
     if value >= 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
-    return value
-
-
-def _positive(raw: str) -> float:
-    value = _non_negative_float(raw)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {raw}")
     return value
 
 
@@ -53,7 +47,7 @@ def add_flags(router: argparse.ArgumentParser) -> None:
         f" (default {DEFAULT_BATCH_RESERVE})",
     )  # fmt: skip
     router.add_argument(
-        "--capacity-factor", type=_positive, default=DEFAULT_CAPACITY_FACTOR,
+        "--capacity-factor", type=positive_float, default=DEFAULT_CAPACITY_FACTOR,
         help="admit up to this multiple of the fleet's estimated capacity within the targets"
         f" (default {DEFAULT_CAPACITY_FACTOR:g})",
     )  # fmt: skip

@@ -10,7 +10,7 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 from router_harness import MODEL, RouterThread, wait_until
 
-from orchestrator.up.slo_status import format_router_slo, router_slo
+from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
