@@ -40,7 +40,7 @@ from orchestrator.forwarding.passthrough import Passthrough, ReplicaUnreachable,
 from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
 from orchestrator.forwarding.stored_responses import StoredResponses
 from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
-from orchestrator.routing.context import RequestContext
+from orchestrator.routing.context import RequestContext, class_lanes
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S, FleetState
 from orchestrator.routing.profile import Profile
@@ -144,6 +144,7 @@ class RouterService:
         self.metrics = RouterMetrics(self.registry)
         self.slo = self.settings.wall_slo
         self.metrics.show_targets(self.slo, tuple(table.snapshot().models))
+        self.class_lanes = class_lanes(self.slo)
         self.fleet = FleetState(self.settings.reference_tpot_s)
         self.fleet.sync(table.snapshot())
         self.estimator = CapacityEstimator(
