@@ -355,11 +355,12 @@ class RouterService:
 
     def room_of(self, model: str, slo_class: str) -> FleetRoom | None:
         """The concurrent requests of `slo_class` the routable replicas of `model` sustain within
-        that class's TPOT target (`ReplicaStats.concurrency_capacity`), and what other routers
-        run on them."""
+        that class's TPOT target, or the tighter one a replica's batch is held to
+        (`ReplicaStats.binding_tpot_s`), what other routers run on them, and the part held for
+        this class (replicas reserved for its target)."""
         table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
-        capacity = 0.0
+        capacity = reserved = 0.0
         others = 0
         for candidate in self.fleet.candidates(table):
             replica, stats = candidate.replica, candidate.stats
@@ -367,9 +368,12 @@ class RouterService:
                 continue
             if stats.circuit_open:
                 continue
-            capacity += stats.concurrency_capacity(tpot_s)
+            sequences = stats.concurrency_capacity(stats.binding_tpot_s(tpot_s))
+            capacity += sequences
+            if stats.reserved_tpot_s == tpot_s:
+                reserved += sequences
             others += stats.others_in_flight()
-        return FleetRoom(capacity, others) if capacity > 0 else None
+        return FleetRoom(capacity, others, reserved) if capacity > 0 else None
 
     def models(self) -> list[str]:
         """Models served by the current table, sorted."""
