@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-RESERVE_MARGIN: Final = 1.25  # reserve this multiple of the tight class's requests in flight
+RESERVE_MARGIN: Final = 1.0  # reserve this multiple of the tight class's requests in flight
 RESERVE_SLACK: Final = 1.0  # and this many sequences more: the next arrival must fit
 DEMAND_BAND: Final = 0.1  # recompute once the demand moved this share (or one request) away
 

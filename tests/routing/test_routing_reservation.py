@@ -17,7 +17,7 @@ TIGHT, LOOSE = 0.014, 0.03
 def test_the_largest_tight_capacities_are_reserved_until_they_hold_the_demand_with_margin() -> None:
     capacities = [2.0, 147.0, 2.0, 140.0]
     assert reserved_replicas(capacities, 0) == []
-    assert reserved_replicas(capacities, 60) == [1]  # 60 × 1.25 + 1 = 76 ≤ 147
+    assert reserved_replicas(capacities, 60) == [1]  # 60 in flight + 1 ≤ 147
     assert reserved_replicas(capacities, 150) == [1, 3]
     assert sorted(reserved_replicas(capacities, 1_000)) == [0, 1, 2, 3]  # all, and still short
     assert not demand_moved(60.5, 60) and not demand_moved(65, 60)
