@@ -167,11 +167,12 @@ class FleetState:
             return
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
+        usable = [stats for stats in every if not stats.circuit_open]
+        held = [i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight]
+        capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
             stats.reserved_tpot_s = math.inf
-        usable = [stats for stats in every if not stats.circuit_open]
-        capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
-        for index in reserved_replicas(capacities, demand):
+        for index in reserved_replicas(capacities, demand, held):
             usable[index].reserved_tpot_s = tight
 
 

@@ -15,7 +15,7 @@ Pure: the router recomputes the choice when the tight class's in-flight count mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
 RESERVE_MARGIN: Final = 1.0  # reserve this multiple of the tight class's requests in flight
@@ -24,22 +24,28 @@ DEMAND_BAND: Final = 0.1  # recompute once the demand moved this share (or one r
 
 
 def reserved_replicas(
-    tight_capacities: Sequence[float], demand: float, margin: float = RESERVE_MARGIN
+    tight_capacities: Sequence[float],
+    demand: float,
+    held: Collection[int] = (),
+    margin: float = RESERVE_MARGIN,
 ) -> list[int]:
-    """Indices of the replicas to reserve: largest capacity within the tight target first,
-    until together they hold `demand × margin + 1` sequences (every replica if they never do);
-    none without demand."""
+    """Indices of the replicas to reserve: those `held` already first, then the largest
+    capacity within the tight target, until together they hold `demand × margin + 1` sequences
+    (every replica if they never do); none without demand. Keeping the held ones matters: a
+    replica newly reserved still runs a large loose batch, which the tight class would join."""
     if demand <= 0:
         return []
     need = demand * margin + RESERVE_SLACK
-    order = sorted(range(len(tight_capacities)), key=lambda i: -tight_capacities[i])
+    order = sorted(
+        range(len(tight_capacities)), key=lambda i: (i not in held, -tight_capacities[i])
+    )
     chosen: list[int] = []
-    held = 0.0
+    total = 0.0
     for index in order:
-        if held >= need:
+        if total >= need:
             break
         chosen.append(index)
-        held += tight_capacities[index]
+        total += tight_capacities[index]
     return chosen
 
 

@@ -20,6 +20,8 @@ def test_the_largest_tight_capacities_are_reserved_until_they_hold_the_demand_wi
     assert reserved_replicas(capacities, 60) == [1]  # 60 in flight + 1 ≤ 147
     assert reserved_replicas(capacities, 150) == [1, 3]
     assert sorted(reserved_replicas(capacities, 1_000)) == [0, 1, 2, 3]  # all, and still short
+    assert reserved_replicas(capacities, 60, held=[3]) == [3]  # a held replica stays held
+    assert reserved_replicas(capacities, 150, held=[0]) == [0, 1, 3]
     assert not demand_moved(60.5, 60) and not demand_moved(65, 60)
     assert demand_moved(67, 60) and demand_moved(2.5, 1)
 
