@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator.core.arg_types import positive_float, positive_int
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, Replica, Site
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
@@ -127,11 +128,19 @@ def format_results(results: Sequence[CostResult]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--iterations", type=int, default=20000, help="decisions per repeat")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
-    parser.add_argument("--rate", type=float, default=2000.0, help="decisions per simulated second")
-    parser.add_argument("--small", type=int, default=8, help="replicas in the small fleet")
-    parser.add_argument("--large", type=int, default=512, help="replicas in the large fleet")
+    parser.add_argument(
+        "--iterations", type=positive_int, default=20000, help="decisions per repeat"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=5, help="timed repeats (median reported)"
+    )
+    parser.add_argument(
+        "--rate", type=positive_float, default=2000.0, help="decisions per simulated second"
+    )
+    parser.add_argument("--small", type=positive_int, default=8, help="replicas in the small fleet")
+    parser.add_argument(
+        "--large", type=positive_int, default=512, help="replicas in the large fleet"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.iterations < 1 or args.repeats < 1 or args.rate <= 0:

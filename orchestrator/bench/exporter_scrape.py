@@ -24,6 +24,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from orchestrator.core.arg_types import positive_int
 from orchestrator.exporters.drivers import MLX5, PORT_COUNTERS
 from orchestrator.exporters.server import build_exporter
 from orchestrator.exporters.tree import NodeTreeBuilder
@@ -141,10 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m orchestrator.bench.exporter_scrape",
         description="Time a full exporter scrape of an 8-GPU, 8-NIC mlx5 node tree.",
     )
-    parser.add_argument("--iterations", type=int, default=300, help="scrapes timed (default 300)")
+    parser.add_argument(
+        "--iterations", type=positive_int, default=300, help="scrapes timed (default 300)"
+    )
     args = parser.parse_args(argv)
-    if args.iterations < 1:
-        parser.error("--iterations must be >= 1")
     timing = measure(args.iterations)
     verdict = "within" if timing.p99_ms <= TARGET_MS else "OVER"
     print(

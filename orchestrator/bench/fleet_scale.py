@@ -52,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.bench.router_overhead import free_port, wait_http, wrk_script
 from orchestrator.config.loader import parse_config
+from orchestrator.core.arg_types import positive_int, positive_ints, seconds
 
 MODEL = "openai/gpt-oss-120b"
 REPLICAS_PER_SCRAPER = 64
@@ -456,15 +457,21 @@ def median_rows(runs: Sequence[Sequence[ScaleRow]]) -> list[ScaleRow]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--replicas", default="8,128,512", help="fleet sizes, comma-separated")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per size (medians printed)")
-    parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measured")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds of wrk load")
-    parser.add_argument("--routers", type=int, default=4, help="routers of the spread check")
+    parser.add_argument(
+        "--replicas", type=positive_ints, default=(8, 128, 512), help="fleet sizes, comma-separated"
+    )
+    parser.add_argument(
+        "--repeat", type=positive_int, default=2, help="runs per size (medians printed)"
+    )
+    parser.add_argument("--idle", type=seconds, default=10.0, help="seconds of idle CPU measured")
+    parser.add_argument("--duration", type=seconds, default=5.0, help="seconds of wrk load")
+    parser.add_argument(
+        "--routers", type=positive_int, default=4, help="routers of the spread check"
+    )
     parser.add_argument("--before", type=Path, help="a checkout whose router to measure too")
     parser.add_argument("--json", type=Path, help="write every run's rows here")
     args = parser.parse_args(argv)
-    sizes = [int(part) for part in args.replicas.split(",")]
+    sizes = list(args.replicas)
     import ray
 
     namespace = "orchestrator-fleet-scale-bench"

@@ -40,6 +40,13 @@ from pathlib import Path
 
 import aiohttp
 
+from orchestrator.core.arg_types import (
+    from_parser,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    seconds,
+)
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.slo import MLPERF_TPOT_S as TARGET_TPOT_S
 from orchestrator.core.slo import MLPERF_TTFT_S as TARGET_TTFT_S
@@ -560,21 +567,27 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load per run")
-    parser.add_argument("--load", type=float, default=3.0, help="offered load / capacity")
-    parser.add_argument("--priority-load", type=float, default=2.0, help="same, priorities run")
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--generation", default="MI300X")
-    parser.add_argument("--time-scale", type=float, default=2.0)
-    parser.add_argument("--prompt-tokens", type=int, default=2000)
-    parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--drain", type=float, default=30.0, help="seconds to wait after load")
+    parser.add_argument("--duration", type=seconds, default=60.0, help="seconds of load per run")
+    parser.add_argument("--load", type=positive_float, default=3.0, help="offered load / capacity")
+    parser.add_argument(
+        "--priority-load", type=positive_float, default=2.0, help="same, priorities run"
+    )
+    parser.add_argument("--replicas", type=positive_int, default=2)
+    parser.add_argument(
+        "--generation", type=from_parser(parse_generation), default=Generation.MI300X
+    )
+    parser.add_argument("--time-scale", type=positive_float, default=2.0)
+    parser.add_argument("--prompt-tokens", type=positive_int, default=2000)
+    parser.add_argument("--output-tokens", type=positive_int, default=32)
+    parser.add_argument(
+        "--drain", type=non_negative_float, default=30.0, help="seconds to wait after load"
+    )
     parser.add_argument("--skip-priorities", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     fleet = FleetSpec(
         args.replicas,
-        parse_generation(args.generation),
+        args.generation,
         args.time_scale,
         args.prompt_tokens,
         args.output_tokens,

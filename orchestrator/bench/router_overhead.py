@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.core.arg_types import positive_int, seconds
+
 PROMPT = "Benchmark the router, not the model."
 
 
@@ -402,11 +404,17 @@ def _cell(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
-    parser.add_argument("--runs", type=int, default=1, help="measure every target this often")
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--stream-chunks", type=int, default=16, help="SSE events per stream")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes of ours-cp")
+    parser.add_argument("--duration", type=seconds, default=10.0, help="seconds per wrk run")
+    parser.add_argument(
+        "--runs", type=positive_int, default=1, help="measure every target this often"
+    )
+    parser.add_argument("--connections", type=positive_int, default=32)
+    parser.add_argument(
+        "--stream-chunks", type=positive_int, default=16, help="SSE events per stream"
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=2, help="worker processes of ours-cp"
+    )
     parser.add_argument(
         "--routers", default="direct,ours,ours-tls,ours-cp,sglang-router,vllm-router",
         help="comma-separated: direct, ours, ours-tls, ours-cp, sglang-router, vllm-router",
@@ -415,8 +423,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         parser.error("needs wrk: apt-get install -y wrk")
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
     routers = [name.strip() for name in args.routers.split(",") if name.strip()]
     for name in ("sglang-router", "vllm-router"):
         if name in routers and importlib.util.find_spec(name.replace("-", "_")) is None:

@@ -24,6 +24,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from orchestrator.core.arg_types import non_negative_float, port, positive_int
+
 _JSON = b"application/json"
 
 
@@ -180,14 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", type=int)
-    where.add_argument("--count", type=int, help="serve this many replicas on free ports")
+    where.add_argument("--port", type=port)
+    where.add_argument("--count", type=positive_int, help="serve this many replicas on free ports")
     parser.add_argument("--vllm-page", action="store_true", help="serve a vLLM-sized /metrics")
     parser.add_argument(
-        "--delay-ms", type=float, default=0.0, help="with --count: hold each completion this long"
+        "--delay-ms",
+        type=non_negative_float,
+        default=0.0,
+        help="with --count: hold each completion this long",
     )
     parser.add_argument("--model", default="openai/gpt-oss-120b")
-    parser.add_argument("--stream-chunks", type=int, default=16)
+    parser.add_argument("--stream-chunks", type=positive_int, default=16)
     args = parser.parse_args(argv)
     with contextlib.suppress(ImportError):
         import uvloop

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator.core.arg_types import from_parser, positive_float
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.fleet.figures import load_figures
 from orchestrator.fleet.step_cost import StepCostModel
@@ -79,9 +80,11 @@ def format_results(results: Sequence[SpeedResult]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0, help="simulated minutes of load")
     parser.add_argument(
-        "--generation", type=parse_generation, action="append",
+        "--minutes", type=positive_float, default=10.0, help="simulated minutes of load"
+    )
+    parser.add_argument(
+        "--generation", type=from_parser(parse_generation), action="append",
         help="generation to run (repeatable; default MI300X and MI355X)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)

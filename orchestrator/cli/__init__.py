@@ -15,39 +15,26 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator.cli import tls
-from orchestrator.cli.arg_types import non_negative_int as _non_negative_int
-from orchestrator.cli.arg_types import port as _port
-from orchestrator.cli.arg_types import positive_int as _positive_int
 from orchestrator.cli.extras import missing_extra_message
 from orchestrator.cli.families import add_families
+from orchestrator.core.arg_types import from_parser, non_negative_float, positive_float
+from orchestrator.core.arg_types import non_negative_int as _non_negative_int
+from orchestrator.core.arg_types import port as _port
+from orchestrator.core.arg_types import positive_int as _positive_int
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 
 if TYPE_CHECKING:
     from orchestrator.config import OrchestratorConfig
+    from orchestrator.controlplane.admin_client import ControlPlaneClient
     from orchestrator.security.files import TlsFiles
-    from orchestrator.up.admin import ControlPlaneClient
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 DEFAULT_CONTROL_PLANE = "127.0.0.1:50052"
 
 
-def _generation(raw: str) -> Generation:
-    try:
-        return parse_generation(raw)
-    except OrchestratorError as error:
-        raise argparse.ArgumentTypeError(error.message) from None
-
-
-def _time_scale(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"time scale must be >= 0 (0 = no delay), got {raw}")
-    return value
+_generation = from_parser(parse_generation)
 
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
@@ -108,16 +95,6 @@ def cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_float(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {raw}")
-    return value
-
-
 def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
@@ -164,7 +141,7 @@ def cmd_router(args: argparse.Namespace) -> int:
             partial(grpc_serving, host=args.host, port=args.grpc_port, tls=server_tls)
         )
     if args.control_plane is not None:
-        from orchestrator.up.follow import serve_following
+        from orchestrator.router_process.following import serve_following
 
         return serve_following(
             args.control_plane,
@@ -200,7 +177,7 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
     router.add_argument(
-        "--latency-scale", type=_positive_float, default=1.0,
+        "--latency-scale", type=positive_float, default=1.0,
         help="the replicas are simulated and run this many times slower than real hardware (their"
         " timeScale): the latency targets, the request deadline (600 s) and the queue timeout"
         " are stretched by it (default 1)",
@@ -249,7 +226,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_control_plane(args: argparse.Namespace) -> int:
-    from orchestrator.up.stack import run_control_plane
+    from orchestrator.controlplane.runner import run_control_plane
 
     config = _with_replica_tls(_stack_config(args), tls.client_files(args, "replica"))
     server_tls = tls.server_files(args, client_ca_required=True, config=config.control_plane.tls)
@@ -292,7 +269,10 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
     (a refused request raises `OrchestratorError`, exit 2)."""
 
     def handler(args: argparse.Namespace) -> int:
-        from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable
+        from orchestrator.controlplane.admin_client import (
+            ControlPlaneClient,
+            ControlPlaneUnreachable,
+        )
 
         try:
             client = ControlPlaneClient(
@@ -309,12 +289,12 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
 
 def cmd_status(args: argparse.Namespace) -> int:
     def show(client: ControlPlaneClient) -> str:
-        from orchestrator.up.admin import format_status
+        from orchestrator.controlplane.admin_client import format_status
 
         status = client.status()
         if args.router is None:
             return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
-        from orchestrator.up.slo_status import format_router_slo, router_slo
+        from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 
         slo = router_slo(args.router)
         if args.json:
@@ -356,7 +336,7 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help="Prometheus port on 127.0.0.1 (default 9090; 0 picks one)",
     )  # fmt: skip
     up.add_argument(
-        "--prometheus-max-for", type=_positive_float, default=None, metavar="SECONDS",
+        "--prometheus-max-for", type=positive_float, default=None, metavar="SECONDS",
         help="cap every alert's for: duration (demos and tests; default: as shipped)",
     )  # fmt: skip
     up.set_defaults(handler=cmd_up)
@@ -450,7 +430,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8101, help="port (default 8101)")
     serve.add_argument(
-        "--time-scale", type=_time_scale, default=1.0,
+        "--time-scale", type=non_negative_float, default=1.0,
         help="wall seconds per simulated second: >1 slows the replica down so a small machine "
         "can host several; 0 answers with no delay (default 1)",
     )  # fmt: skip

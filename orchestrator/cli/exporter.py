@@ -10,8 +10,8 @@ from pathlib import Path
 from types import FrameType
 
 from orchestrator.cli import tls
-from orchestrator.cli.arg_types import port as _port
 from orchestrator.cli.families import command_help
+from orchestrator.core.arg_types import port as _port
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 
 DEFAULT_PORT = 9400

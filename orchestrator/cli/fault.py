@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from orchestrator.cli.families import command_help
+from orchestrator.controlplane.admin_client import DEFAULT_CONTROL_PLANE
+from orchestrator.core.arg_types import seconds
 from orchestrator.fabric.faults import Fault, add_fault, read_faults, remove_faults
 from orchestrator.fabric.manifest import StackManifest, default_fabric_root, read_manifest
 from orchestrator.fabric.model import FaultKind
-from orchestrator.up.admin import DEFAULT_CONTROL_PLANE
 
 KINDS = tuple(kind.value for kind in FaultKind)
 
@@ -100,16 +101,6 @@ def _run(handler: argparse.Namespace) -> int:
         return 2
 
 
-def _duration(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {raw!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {raw!r}")
-    return value
-
-
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register this family's subcommands on the top-level parser."""
     fault = commands.add_parser("fault", help=command_help("fault")).add_subparsers(
@@ -133,7 +124,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     inject.add_argument("--node", required=True, help="a simulated node (see `fault list`)")
     inject.add_argument("--kind", required=True, choices=KINDS, help="what goes wrong")
     inject.add_argument(
-        "--duration", type=_duration, default=None, metavar="S",
+        "--duration", type=seconds, default=None, metavar="S",
         help="seconds until it clears itself (default: until `fault clear`)",
     )  # fmt: skip
     inject.set_defaults(fault_handler=cmd_fault_inject)

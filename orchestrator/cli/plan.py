@@ -16,7 +16,7 @@ EXIT_UNREACHABLE = 1
 
 def _fleet_capacities(args: argparse.Namespace) -> dict[Generation, float] | None:
     """Mean capacity per generation of the ready replicas in the control plane's routing table."""
-    from orchestrator.up.admin import ControlPlaneClient, ControlPlaneUnreachable
+    from orchestrator.controlplane.admin_client import ControlPlaneClient, ControlPlaneUnreachable
 
     client = ControlPlaneClient(args.control_plane, tls=tls.client_files(args, "control-plane"))
     try:

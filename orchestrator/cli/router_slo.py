@@ -9,17 +9,8 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.config.slo import parse_class_slo
+from orchestrator.core.arg_types import seconds
 from orchestrator.core.slo import MLPERF_TPOT_S, MLPERF_TTFT_S, SloTarget, SloTargets
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {raw!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {raw}")
-    return value
 
 
 def _class_slo(raw: str) -> tuple[str, SloTarget]:
@@ -32,17 +23,17 @@ def _class_slo(raw: str) -> tuple[str, SloTarget]:
 def add_flags(router: argparse.ArgumentParser) -> None:
     """Add the latency-target flags to `orchestrator router`."""
     router.add_argument(
-        "--ttft", type=_seconds, default=None, metavar="SECONDS",
+        "--ttft", type=seconds, default=None, metavar="SECONDS",
         help="p99 time-to-first-token target of every class without its own, in seconds on real"
         f" hardware (default: the replicas file's, else MLPerf's {MLPERF_TTFT_S:g})",
     )  # fmt: skip
     router.add_argument(
-        "--tpot", type=_seconds, default=None, metavar="SECONDS",
+        "--tpot", type=seconds, default=None, metavar="SECONDS",
         help="p99 time-per-output-token target of every class without its own"
         f" (default: the replicas file's, else MLPerf's {MLPERF_TPOT_S:g})",
     )  # fmt: skip
     router.add_argument(
-        "--e2e", type=_seconds, default=None, metavar="SECONDS",
+        "--e2e", type=seconds, default=None, metavar="SECONDS",
         help="end-to-end target of every class without its own (default: the file's, else none)",
     )  # fmt: skip
     router.add_argument(

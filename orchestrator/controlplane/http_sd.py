@@ -15,7 +15,6 @@ them, over plain HTTP on the control plane's host.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
@@ -27,7 +26,8 @@ from aiohttp import web
 
 from orchestrator.controlplane.placement import K8S_NODE_LABEL
 from orchestrator.controlplane.sd_targets import engine_target_groups
-from orchestrator.core.errors import ErrorCode
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.openai_errors import openai_error
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import ReloadingServerContext
 from orchestrator.table.snapshot import RoutingTable
@@ -93,7 +93,7 @@ class EngineDiscovery:
             groups = await self.target_groups()
         except Exception as error:  # the registry restarting, or Ray unreachable
             log.warning("service discovery: the registry did not answer: %s", error)
-            return _error(503, ErrorCode.UNAVAILABLE, "the registry did not answer; retry")
+            return _error(ErrorCode.UNAVAILABLE, "the registry did not answer; retry")
         return web.json_response(groups)
 
 
@@ -147,12 +147,12 @@ def _listen(host: str, port: int) -> socket.socket:
 
 async def _not_found(request: web.Request) -> web.Response:
     if request.method != "GET":
-        return _error(405, ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not served here")
+        return _error(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not served here")
     return _error(
-        404, ErrorCode.NOT_FOUND, f"no such path {request.path!r}; engines: GET {ENGINES_PATH}"
+        ErrorCode.NOT_FOUND, f"no such path {request.path!r}; engines: GET {ENGINES_PATH}"
     )
 
 
-def _error(status: int, code: ErrorCode, message: str) -> web.Response:
-    body = {"error": {"message": message, "type": code.value, "param": None, "code": code.value}}
-    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+def _error(code: ErrorCode, message: str) -> web.Response:
+    status, body = openai_error(OrchestratorError(code, message))
+    return web.json_response(body, status=status)

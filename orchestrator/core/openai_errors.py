@@ -1,11 +1,15 @@
-"""Canonical errors in the OpenAI wire shape, the one table every HTTP server here uses.
+"""Canonical errors in the OpenAI wire shape: the one mapping every HTTP server here uses (the
+router's frontend, the simulated engine, the control plane's service discovery) and every client
+reading such an answer back (the gRPC frontend relaying a replica's error).
 
 The body is `{"error": {"message", "type", "param", "code"}}`, as the OpenAI API and current
-vLLM send it, so the official client raises the matching exception class.
+vLLM send it, so the official client raises the matching exception class. Transport-free: each
+server's own glue (aiohttp middleware, the router's connection) only calls these.
 """
 
 from __future__ import annotations
 
+import logging
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -25,6 +29,32 @@ HTTP_STATUS: Final = MappingProxyType(
         ErrorCode.DEADLINE_EXCEEDED: (504, "TimeoutError"),
     }
 )
+
+# The table read backwards: the canonical code an HTTP error status stands for.
+CODE_OF_STATUS: Final = MappingProxyType(
+    {status: code for code, (status, _) in HTTP_STATUS.items()}
+)
+
+_log = logging.getLogger(__name__)
+
+
+def code_of_status(status: int) -> ErrorCode:
+    """The canonical code behind HTTP error `status`; one the table does not hold is the client's
+    mistake when a 4xx (INVALID_ARGUMENT), the server's otherwise (UNAVAILABLE)."""
+    code = CODE_OF_STATUS.get(status)
+    if code is not None:
+        return code
+    return ErrorCode.INVALID_ARGUMENT if 400 <= status < 500 else ErrorCode.UNAVAILABLE
+
+
+def served_error(error: Exception, *, method: str, path: str) -> OrchestratorError:
+    """What a server answers for an exception its handler raised: an `OrchestratorError` as it
+    is; anything else is a bug of ours, logged with its traceback (the method and path only,
+    never the body) and answered as INTERNAL, so the server stays up."""
+    if isinstance(error, OrchestratorError):
+        return error
+    _log.error("unhandled error serving %s %s", method, path, exc_info=error)
+    return OrchestratorError(ErrorCode.INTERNAL, "internal server error")
 
 
 def openai_error(error: OrchestratorError) -> tuple[int, dict[str, Any]]:

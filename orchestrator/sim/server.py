@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import random
 import time
 import uuid
@@ -29,7 +28,7 @@ from prometheus_client.exposition import generate_latest
 
 from orchestrator import __version__
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.openai_errors import openai_error
+from orchestrator.core.openai_errors import code_of_status, openai_error, served_error
 from orchestrator.fleet.workload import WorkloadSampler
 from orchestrator.sim.batcher import SimRequest
 from orchestrator.sim.body import check_model, json_body
@@ -46,8 +45,6 @@ from orchestrator.sim.responses import ResponsesApi
 from orchestrator.sim.text import chat_prompt_tokens, text_tokens
 from orchestrator.sim.tokens import decode, encode, encode_chat
 from orchestrator.sim.tools import FunctionTool, chosen_tool, function_tools
-
-log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 USER_ROLES: Final = frozenset({"user", "system", "developer"})  # a turn that asks, not answers
@@ -83,31 +80,20 @@ def error_response(error: OrchestratorError) -> web.Response:
     return web.json_response(body, status=status)
 
 
-_HTTP_CODES: Final = {
-    400: ErrorCode.INVALID_ARGUMENT,
-    404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.METHOD_NOT_ALLOWED,
-    413: ErrorCode.PAYLOAD_TOO_LARGE,
-}
-
-
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into an OpenAI-style JSON error; the server keeps running."""
     try:
         return await handler(request)
-    except OrchestratorError as error:
-        return error_response(error)
     except web.HTTPException as http_error:
         if http_error.status < 400:
             raise
-        code = _HTTP_CODES.get(http_error.status, ErrorCode.INVALID_ARGUMENT)
+        code = code_of_status(http_error.status)
         return error_response(OrchestratorError(code, http_error.reason))
     except (asyncio.CancelledError, ConnectionResetError):
         raise
-    except Exception:
-        log.exception("unhandled error serving %s %s", request.method, request.path)
-        return error_response(OrchestratorError(ErrorCode.INTERNAL, "internal server error"))
+    except Exception as error:
+        return error_response(served_error(error, method=request.method, path=request.path))
 
 
 def _sse(payload: dict[str, Any]) -> bytes:

@@ -31,6 +31,7 @@ from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
 from orchestrator.config.schema import OrchestratorConfig
+from orchestrator.controlplane.admin_client import format_status, status_from_pb
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.placement import NodeGroup, node_groups
 from orchestrator.controlplane.watch_client import follow_routing_table
@@ -40,7 +41,6 @@ from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
-from orchestrator.up.admin import format_status, status_from_pb
 
 pytestmark = pytest.mark.slow
 

@@ -30,6 +30,7 @@ from test_controlplane_end_to_end import LoopThread
 
 from orchestrator.config import ConfigError, default_config, default_config_text, parse_config
 from orchestrator.config.schema import OrchestratorConfig
+from orchestrator.controlplane.admin_client import ControlPlaneClient
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.http_sd import EngineDiscovery, HttpSdServer
 from orchestrator.controlplane.placement import K8S_NODE_LABEL, NodeGroup
@@ -38,7 +39,6 @@ from orchestrator.core.generations import Generation
 from orchestrator.core.records import Replica, ReplicaState
 from orchestrator.monitoring.local_prometheus import LocalPrometheus, prometheus_available
 from orchestrator.monitoring.scrape_config import DiscoveredJob
-from orchestrator.up.admin import ControlPlaneClient
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "security"))
 from pki import make_pki  # the TLS tests' throwaway PKI

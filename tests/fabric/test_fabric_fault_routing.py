@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import pytest
 from stack_under_load import RunningStack, SteadyLoad, running_stack
 
+from orchestrator.controlplane.admin_client import ControlPlaneClient
 from orchestrator.monitoring.local_prometheus import LocalPrometheus
 from orchestrator.monitoring.rules import render_rules
 from orchestrator.monitoring.scrape_config import ScrapeTarget
-from orchestrator.up.admin import ControlPlaneClient
 
 pytestmark = pytest.mark.slow
 

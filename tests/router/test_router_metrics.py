@@ -13,8 +13,8 @@ from replica_server import ReplicaThread
 from router_harness import MODEL, ReplicaEntry, RouterThread, running_router, wait_until
 
 from orchestrator.core.slo import SloTarget, SloTargets
+from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 from orchestrator.router_service import RouterSettings
-from orchestrator.up.slo_status import format_router_slo, router_slo
 
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
-from orchestrator.up.admin import format_status, status_from_pb
+from orchestrator.controlplane.admin_client import format_status, status_from_pb
 
 MISSING = "metrics page lacks vllm:num_requests_waiting: load unknown"
 UNPLACEABLE = "1 replica of pool 'us-mi355x' fit on no node: no live node is in site 'us'"

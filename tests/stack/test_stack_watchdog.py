@@ -17,7 +17,7 @@ from test_stack_up import alive
 # (as a raylet has workers), prints their pids, and either waits to be killed or stops cleanly.
 PARENT = """
 import subprocess, sys, time
-from orchestrator.up.watchdog import start_watchdog, stop_watchdog
+from orchestrator.controlplane.watchdog import start_watchdog, stop_watchdog
 guard = start_watchdog()
 shell = ["sh", "-c", "sleep 60 & echo $!; wait"]
 child = subprocess.Popen(shell, stdout=subprocess.PIPE, text=True)

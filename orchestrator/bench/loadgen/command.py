@@ -10,30 +10,9 @@ import argparse
 from pathlib import Path
 from typing import Final
 
+from orchestrator.core.arg_types import one_of, positive_float, positive_int, seconds
+
 SCENARIOS: Final = ("Offline", "Server")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return int(text)
-
-
-def _scenario(text: str) -> str:
-    for name in SCENARIOS:
-        if text.lower() == name.lower():
-            return name
-    raise argparse.ArgumentTypeError(f"expected Offline or Server, got {text!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,21 +20,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--endpoint", required=True,
         help="router URL (http://host:port) or, with --transport grpc, host:port",
     )  # fmt: skip
-    parser.add_argument("--scenario", type=_scenario, required=True, help="Offline or Server")
-    parser.add_argument("--target-qps", type=_positive, default=1.0, help="queries/s (default 1)")
-    parser.add_argument("--duration", type=_positive, default=60.0, help="seconds (default 60)")
+    parser.add_argument(
+        "--scenario", type=one_of(SCENARIOS), required=True, help="Offline or Server"
+    )
+    parser.add_argument(
+        "--target-qps", type=positive_float, default=1.0, help="queries/s (default 1)"
+    )
+    parser.add_argument("--duration", type=seconds, default=60.0, help="seconds (default 60)")
     parser.add_argument("--transport", choices=("http", "grpc"), default="http")
     parser.add_argument(
-        "--time-scale", type=_positive, default=1.0,
+        "--time-scale", type=positive_float, default=1.0,
         help="the stack's time scale: latency limits are multiplied by it (default 1)",
     )  # fmt: skip
-    parser.add_argument("--samples", type=_count, default=512, help="dataset size (default 512)")
     parser.add_argument(
-        "--max-output-tokens", type=_count, default=None,
+        "--samples", type=positive_int, default=512, help="dataset size (default 512)"
+    )
+    parser.add_argument(
+        "--max-output-tokens", type=positive_int, default=None,
         help="cap output lengths below the workload's maximum (short runs)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-in-flight", type=_count, default=256,
+        "--max-in-flight", type=positive_int, default=256,
         help="Offline: streams kept open at once (default 256)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("loadgen-out"), help="output folder")

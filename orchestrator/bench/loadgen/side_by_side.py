@@ -26,6 +26,7 @@ from orchestrator.bench.loadgen.report import Report
 from orchestrator.bench.loadgen.run import LoadgenSettings, run_loadgen
 from orchestrator.bench.router_overhead import free_port, process, wait_http, write_tokenizer
 from orchestrator.bench.simulate.fleet_spec import FleetSpec, parse_fleet
+from orchestrator.core.arg_types import non_negative_float, positive_floats, positive_int, seconds
 from orchestrator.core.errors import OrchestratorError
 
 ROUTERS = ("ours", "sglang-router power_of_two", "sglang-router round_robin")
@@ -147,17 +148,22 @@ def format_rows(rows: Sequence[RouterRow], time_scale: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--fleet", default="MI355X:1,MI300X:1")
-    parser.add_argument("--time-scale", type=float, default=1.0)
-    parser.add_argument("--qps", default="2,4,6", help="comma-separated Server rates to try")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds per LoadGen run")
-    parser.add_argument("--samples", type=int, default=256)
-    parser.add_argument("--max-output-tokens", type=int, default=256)
+    parser.add_argument("--time-scale", type=non_negative_float, default=1.0)
+    parser.add_argument(
+        "--qps",
+        type=positive_floats,
+        default=(2.0, 4.0, 6.0),
+        help="comma-separated Server rates to try",
+    )
+    parser.add_argument("--duration", type=seconds, default=20.0, help="seconds per LoadGen run")
+    parser.add_argument("--samples", type=positive_int, default=256)
+    parser.add_argument("--max-output-tokens", type=positive_int, default=256)
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
         fleet = parse_fleet(args.fleet)
-        rates = sorted(float(q) for q in args.qps.split(","))
+        rates = sorted(args.qps)
     except (OrchestratorError, ValueError) as error:
         parser.error(str(getattr(error, "message", error)))
     names = [n.strip() for n in args.routers.split(",") if n.strip()]

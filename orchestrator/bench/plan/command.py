@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.plan.offers import (
-    Offer,
     PlanRequest,
     SloTargets,
     Workload,
@@ -28,17 +27,10 @@ from orchestrator.bench.plan.offers import (
     read_lengths,
 )
 from orchestrator.bench.plan.planner import Check, Plan, plan
-from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.arg_types import from_parser, non_negative_float, positive_float, seconds
 from orchestrator.core.generations import Generation
 
 EXIT_NO_PLAN = 1
-
-
-def _offer(text: str) -> Offer:
-    try:
-        return parse_offer(text)
-    except OrchestratorError as error:
-        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def _site_limit(text: str) -> tuple[str, int]:
@@ -50,10 +42,10 @@ def _site_limit(text: str) -> tuple[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     demand = parser.add_mutually_exclusive_group(required=True)
-    demand.add_argument("--requests-per-s", type=float, help="demand in requests/s")
-    demand.add_argument("--tokens-per-s", type=float, help="demand in output tokens/s")
+    demand.add_argument("--requests-per-s", type=positive_float, help="demand in requests/s")
+    demand.add_argument("--tokens-per-s", type=positive_float, help="demand in output tokens/s")
     parser.add_argument(
-        "--offer", type=_offer, action="append", required=True,
+        "--offer", type=from_parser(parse_offer), action="append", required=True,
         metavar="GEN[@SITE][:max=N][:price=P]",
         help="GPUs on offer (repeatable): generation, site, most GPUs, price per GPU-hour",
     )  # fmt: skip
@@ -61,26 +53,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--site-limit", type=_site_limit, action="append", default=[], metavar="SITE=GPUS",
         help="most GPUs in a site, all generations together (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--power-cap-w", type=float, help="most watts (rated TDP) in all")
+    parser.add_argument("--power-cap-w", type=positive_float, help="most watts (rated TDP) in all")
     parser.add_argument(
         "--objective", choices=("cost", "power"), default=None,
         help="minimise price (default when every offer has one) or rated power",
     )  # fmt: skip
     parser.add_argument(
-        "--headroom", type=float, default=0.10,
+        "--headroom", type=non_negative_float, default=0.10,
         help="the SLO must hold at demand × (1 + this) (default 0.10)",
     )  # fmt: skip
     defaults = SloTargets.mlperf_server()
-    parser.add_argument("--ttft-s", type=float, default=defaults.ttft_s, help="p99 TTFT target")
-    parser.add_argument("--tpot-s", type=float, default=defaults.tpot_s, help="p99 TPOT target")
+    parser.add_argument("--ttft-s", type=seconds, default=defaults.ttft_s, help="p99 TTFT target")
+    parser.add_argument("--tpot-s", type=seconds, default=defaults.tpot_s, help="p99 TPOT target")
     parser.add_argument(
         "--lengths", type=Path,
         help="request lengths, one `PROMPT OUTPUT` per line (default: MLPerf's)",
     )  # fmt: skip
     parser.add_argument(
-        "--minutes", type=float, default=3.0, help="measured simulated minutes per check"
+        "--minutes", type=positive_float, default=3.0, help="measured simulated minutes per check"
     )  # fmt: skip
-    parser.add_argument("--warmup-s", type=float, default=60.0, help="simulated warm-up per check")
+    parser.add_argument(
+        "--warmup-s", type=non_negative_float, default=60.0, help="simulated warm-up per check"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-curve", action="store_true", help="skip the goodput-vs-size runs")
     parser.add_argument(
@@ -101,10 +95,6 @@ def build_request(
     if objective is None:
         priced = all(o.price_per_gpu_hour is not None for o in args.offer)
         objective = "cost" if priced else "power"
-    if not (args.ttft_s > 0 and args.tpot_s > 0 and args.minutes > 0 and args.warmup_s >= 0):
-        raise OrchestratorError(
-            ErrorCode.INVALID_ARGUMENT, "--ttft-s, --tpot-s and --minutes must be > 0"
-        )
     return PlanRequest(
         requests_per_s=rate, workload=workload, slo=SloTargets(args.ttft_s, args.tpot_s),
         offers=tuple(args.offer), site_limits=dict(args.site_limit),

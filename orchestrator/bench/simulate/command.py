@@ -32,50 +32,21 @@ from orchestrator.bench.simulate.fleet_spec import (
     replica_specs,
 )
 from orchestrator.bench.simulate.scenarios import ServerProbe, ServerSettings
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.arg_types import from_parser, non_negative_float, one_of, positive_float
 
 SCENARIOS = ("Offline", "Server")
 
 
-def _arg(parse: Any) -> Any:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except OrchestratorError as error:
-            message = error.message
-            if message.startswith("--"):  # argparse names the option already
-                message = message.split(": ", 1)[-1]
-            raise argparse.ArgumentTypeError(message) from None
-
-    convert.__name__ = parse.__name__
-    return convert
-
-
-def _scenario(text: str) -> str:
-    for name in SCENARIOS:
-        if text.lower() == name.lower():
-            return name
-    raise argparse.ArgumentTypeError(f"expected Offline or Server, got {text!r}")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--fleet", type=_arg(parse_fleet), default=parse_fleet("MI355X:16,MI300X:16"),
+        "--fleet", type=from_parser(parse_fleet), default=parse_fleet("MI355X:16,MI300X:16"),
         help="pools as GENERATION:REPLICAS,... (default MI355X:16,MI300X:16)",
     )  # fmt: skip
-    parser.add_argument("--scenario", type=_scenario, required=True, help="Offline or Server")
     parser.add_argument(
-        "--profile", type=_arg(check_profile), action="append",
+        "--scenario", type=one_of(SCENARIOS), required=True, help="Offline or Server"
+    )
+    parser.add_argument(
+        "--profile", type=from_parser(check_profile), action="append",
         help="routing profile (repeatable): capacity, round-robin, least-requests, power-of-two, "
         "weighted-static:GEN=WEIGHT,... (default capacity)",
     )  # fmt: skip
@@ -88,17 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run each pool alone and print efficiency = fleet / sum of pools alone",
     )  # fmt: skip
     parser.add_argument(
-        "--prior", type=_arg(parse_prior), default=Prior.CALIBRATED,
+        "--prior", type=from_parser(parse_prior), default=Prior.CALIBRATED,
         help="replicas' capacity prior: calibrated (the fleet model's) or equal (all "
         "generations alike: the estimator must learn) (default calibrated)",
     )  # fmt: skip
     parser.add_argument(
-        "--minutes", type=_positive, default=None,
+        "--minutes", type=positive_float, default=None,
         help="Server: measured simulated minutes per probe (default 5); Offline: minutes of "
         "work in each run's sample set, sized on the fleet model (default 10)",
     )  # fmt: skip
     parser.add_argument(
-        "--warmup", type=float, default=120.0,
+        "--warmup", type=non_negative_float, default=120.0,
         help="Server: simulated seconds of load before measuring (default 120)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)

@@ -32,6 +32,7 @@ from orchestrator.bench.simulate.scenarios import (
     search_server,
 )
 from orchestrator.bench.virtual_fleet import ReplicaSpec
+from orchestrator.core.arg_types import positive_float, positive_int, positive_ints
 from orchestrator.core.generations import Generation
 
 PROFILE = "capacity"
@@ -153,23 +154,27 @@ def format_result(result: ScaleResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--replicas", type=int, default=512, help="replicas in the timed run")
-    parser.add_argument("--minutes", type=float, default=10.0, help="simulated minutes, timed run")
-    parser.add_argument("--sizes", default="8,32,72,128,512", help="fleet sizes for efficiency")
     parser.add_argument(
-        "--efficiency-minutes", type=float, default=2.0,
+        "--replicas", type=positive_int, default=512, help="replicas in the timed run"
+    )
+    parser.add_argument(
+        "--minutes", type=positive_float, default=10.0, help="simulated minutes, timed run"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=positive_ints,
+        default=(8, 32, 72, 128, 512),
+        help="fleet sizes for efficiency",
+    )
+    parser.add_argument(
+        "--efficiency-minutes", type=positive_float, default=2.0,
         help="measured simulated minutes per search probe (after 1 min of warm-up)",
     )  # fmt: skip
     parser.add_argument("--no-timed", action="store_true", help="skip the timed run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        parser.error(f"--sizes: expected comma-separated whole numbers, got {args.sizes!r}")
-    if not sizes or min(sizes) < 1 or args.replicas < 1 or args.minutes <= 0:
-        parser.error("--sizes, --replicas and --minutes must be positive")
+    sizes = list(args.sizes)
     started = time.perf_counter()
     points = efficiency_by_size(sizes, args.efficiency_minutes, args.seed)
     per_replica = fleet_model_rate_per_s(_specs(1))

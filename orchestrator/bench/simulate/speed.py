@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import orchestrator
+from orchestrator.core.arg_types import positive_float, positive_int, positive_ints
 
 PROBE = Path(__file__).with_name("speed_probe.py")
 MIB = 1 << 20
@@ -168,18 +169,17 @@ def format_table(comparisons: Sequence[SizeComparison], growth: MemoryGrowth) ->
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--baseline", type=Path, required=True, help="tree holding orchestrator/")
-    parser.add_argument("--sizes", default="8,128,512", help="fleet sizes, comma-separated")
-    parser.add_argument("--minutes", type=float, default=10.0, help="simulated minutes per run")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per tree and size")
+    parser.add_argument(
+        "--sizes", type=positive_ints, default=(8, 128, 512), help="fleet sizes, comma-separated"
+    )
+    parser.add_argument(
+        "--minutes", type=positive_float, default=10.0, help="simulated minutes per run"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per tree and size")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        parser.error(f"--sizes: expected comma-separated whole numbers, got {args.sizes!r}")
-    if not sizes or min(sizes) < 1 or args.minutes <= 0 or args.repeats < 1:
-        parser.error("--sizes, --minutes and --repeats must be positive")
+    sizes = list(args.sizes)
     baseline = args.baseline.resolve()
     if not (baseline / "orchestrator" / "bench" / "virtual_fleet.py").is_file():
         parser.error(f"--baseline: {baseline} holds no orchestrator/ tree with a virtual fleet")

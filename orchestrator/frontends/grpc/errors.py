@@ -9,16 +9,10 @@ from typing import Any, Final
 import grpc
 
 from orchestrator.core.errors import GRPC_STATUS_NAME, ErrorCode, OrchestratorError
-from orchestrator.core.openai_errors import HTTP_STATUS
+from orchestrator.core.openai_errors import CODE_OF_STATUS, code_of_status
 
 GRPC_STATUS: Final = MappingProxyType(
     {code: grpc.StatusCode[name] for code, name in GRPC_STATUS_NAME.items()}
-)
-
-# An error event in an SSE stream carries the HTTP status of its canonical code (see
-# core/openai_errors.py); reading it back through the same table keeps one source of truth.
-_CODE_OF_HTTP_STATUS: Final = MappingProxyType(
-    {status: code for code, (status, _) in HTTP_STATUS.items()}
 )
 
 
@@ -52,7 +46,8 @@ def error_from_event(detail: Any) -> OrchestratorError:
     started, which the client can retry.
     """
     status = detail.get("code") if isinstance(detail, dict) else None
-    code = _CODE_OF_HTTP_STATUS.get(status) if isinstance(status, int) else None
+    # It carries the HTTP status of its canonical code: read back through the same table.
+    code = CODE_OF_STATUS.get(status) if isinstance(status, int) else None
     return _from_detail(detail, code or ErrorCode.UNAVAILABLE, "the replica's stream failed")
 
 
@@ -66,8 +61,6 @@ def error_from_reply(status: int, body: bytes) -> OrchestratorError:
         payload = json.loads(body)
     except (ValueError, RecursionError):
         payload = None
-    code = _CODE_OF_HTTP_STATUS.get(status)
-    if code is None:
-        code = ErrorCode.INVALID_ARGUMENT if 400 <= status < 500 else ErrorCode.UNAVAILABLE
+    code = code_of_status(status)
     detail = payload.get("error") if isinstance(payload, dict) else None
     return _from_detail(detail, code, f"the replica answered HTTP {status}")

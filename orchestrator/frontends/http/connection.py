@@ -33,6 +33,7 @@ from typing import Final, cast
 import httptools
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.openai_errors import served_error
 from orchestrator.frontends.http.messages import (
     Answer,
     DateField,
@@ -461,10 +462,8 @@ class HttpConnection(asyncio.Protocol):
                     self._write_whole(answer, pending.keep_alive, pending.http10)
             except (ConnectionResetError, asyncio.CancelledError):
                 raise
-            except Exception as error:
-                if not isinstance(error, OrchestratorError):
-                    log.exception("unhandled error serving %s %s", request.method, request.path)
-                    error = OrchestratorError(ErrorCode.INTERNAL, "internal server error")
+            except Exception as raised:
+                error = served_error(raised, method=request.method, path=request.path)
                 if self._answering:  # part of an answer is out: only closing can end it
                     status = 500
                     self._closing = True

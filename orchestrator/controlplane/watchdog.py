@@ -1,13 +1,15 @@
-"""A watchdog that stops what `orchestrator up` started when `up` itself dies without doing so.
+"""A watchdog that stops the Ray nodes a process started when that process dies without doing so.
 
-`up` stops every process it started on Ctrl-C or SIGTERM, but `kill -9` (or the OOM killer) gives
-it no chance: Ray's GCS, raylets and workers would run on, orphaned. So `up` starts this small
-process first. It notes `up`'s descendants (by parent pid, with each one's start time, so a reused
-pid is never taken for one of them) every `poll_s`; once `up` is gone it sends SIGTERM to those
-still running and to their children, then SIGKILL to any left after `grace_s`. A clean stop ends the
-watchdog before `up` exits, so it only ever acts after a crash.
+`orchestrator up` and a `control-plane` with a local cluster stop every process they started on
+Ctrl-C or SIGTERM, but `kill -9` (or the OOM killer) gives them no chance: Ray's GCS, raylets and
+workers would run on, orphaned. So `lifetime.ray_session` starts this small process first. It
+notes the parent's descendants (by parent pid, with each one's start time, so a reused pid is
+never taken for one of them) every `poll_s`; once the parent is gone it sends SIGTERM to those
+still running and to their children, then SIGKILL to any left after `grace_s`. A clean stop ends
+the watchdog before its parent exits, so it only ever acts after a crash.
 
-Run as `python -m orchestrator.up.watchdog PID`; it imports nothing heavy, so it starts in a blink.
+Run as `python -m orchestrator.controlplane.watchdog PID`; it imports nothing heavy (the package
+`__init__` imports nothing), so it starts in a blink.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def start_watchdog() -> subprocess.Popen[bytes]:
     """Start the watchdog over this process; `stop_watchdog` ends it (acting on nothing) after a
     clean stop. It runs in a session of its own, so a terminal's Ctrl-C reaches only this one."""
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.up.watchdog", str(os.getpid())],
+        [sys.executable, "-m", "orchestrator.controlplane.watchdog", str(os.getpid())],
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -126,7 +128,7 @@ def stop_watchdog(process: subprocess.Popen[bytes]) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m orchestrator.up.watchdog PID", file=sys.stderr)
+        print("usage: python -m orchestrator.controlplane.watchdog PID", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     left = watch(int(argv[0]))
