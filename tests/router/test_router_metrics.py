@@ -19,6 +19,7 @@ from orchestrator.router_service import RouterSettings
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
     "priority", "outcome", "key_id",
+    "engine_version",  # only on orchestrator_router_replica_info, the info family
 }  # fmt: skip
 HISTOGRAM_LABELS = {"le"}
 
@@ -61,6 +62,7 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
         "orchestrator_router_upstream_errors",
         "orchestrator_router_circuit_open",
         "orchestrator_router_estimated_capacity_tokens_per_second",
+        "orchestrator_router_replica_info",
     } <= set(found)
     for name, samples in found.items():
         for sample in samples:
