@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli import tls
 from orchestrator.cli.extras import missing_extra_message
 from orchestrator.cli.families import add_families
-from orchestrator.config.schema import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
+from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from orchestrator.core.arg_types import from_parser, non_negative_float, positive_float
 from orchestrator.core.arg_types import non_negative_int as _non_negative_int
 from orchestrator.core.arg_types import port as _port

@@ -192,6 +192,7 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             request,
             default_model=models[0] if len(models) == 1 else None,
             default_priority=service.settings.admission.default_priority,
+            classes=service.class_lanes,
         )
         reply = await service.dispatch(
             upstream.context,

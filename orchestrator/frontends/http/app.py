@@ -189,6 +189,7 @@ class OpenAiFrontend:
                 headers,
                 default_model=self._default_model,
                 default_priority=service.settings.admission.default_priority,
+                classes=service.class_lanes,
             )
         else:
             ctx = request_context(
@@ -197,6 +198,7 @@ class OpenAiFrontend:
                 chat=path == CHAT_PATH,
                 default_model=self._default_model,
                 default_priority=service.settings.admission.default_priority,
+                classes=service.class_lanes,
             )
         return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
 
