@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli import tls
 from orchestrator.cli.extras import missing_extra_message
 from orchestrator.cli.families import add_families
+from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from orchestrator.core.arg_types import from_parser, non_negative_float, positive_float
 from orchestrator.core.arg_types import non_negative_int as _non_negative_int
 from orchestrator.core.arg_types import port as _port
@@ -133,7 +134,10 @@ def cmd_router(args: argparse.Namespace) -> int:
         api_keys=keys,
         stream_buffer_bytes=args.stream_buffer_bytes,
     )
-    listen = Listen(args.host, args.port, args.workers, server_tls)
+    listen = Listen(
+        args.host, args.port, args.workers, server_tls,
+        metrics_host=args.metrics_host, metrics_port=args.metrics_port or None,
+    )  # fmt: skip
     companions = []
     if args.grpc_port:
         from orchestrator.frontends.grpc.server import grpc_serving
@@ -176,6 +180,15 @@ def _add_router_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     router.add_argument(
         "--grpc-port", type=_port, default=50051, help="gRPC port (default 50051; 0 disables)"
     )
+    router.add_argument(
+        "--metrics-port", type=_port, default=DEFAULT_METRICS_PORT,
+        help=f"port of /metrics for Prometheus, never served on the API port (default "
+        f"{DEFAULT_METRICS_PORT}; 0 disables)",
+    )  # fmt: skip
+    router.add_argument(
+        "--metrics-host", default="127.0.0.1",
+        help="address of the metrics port (default 127.0.0.1; in a pod, 0.0.0.0)",
+    )  # fmt: skip
     router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
     router.add_argument(
         "--latency-scale", type=positive_float, default=1.0,
@@ -389,8 +402,8 @@ def _add_stack_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status.add_argument(
         "--router", metavar="URL",
-        help="also show this router's latency targets and SLO attainment per class and pool"
-        " (e.g. http://127.0.0.1:8000)",
+        help="also show this router's latency targets and SLO attainment per class and pool,"
+        " read from its metrics port (e.g. http://127.0.0.1:9190)",
     )  # fmt: skip
     status.set_defaults(handler=cmd_status)
     drain = operator("drain", "stop new requests to a pool (size 0) or one replica")

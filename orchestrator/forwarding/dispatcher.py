@@ -165,7 +165,7 @@ class Dispatcher:
         now = self._clock.now()
         if deadline_s <= now:
             raise _deadline_error()
-        slo_class = ctx.priority.value
+        slo_class = ctx.target_class
         request = _Request(
             ctx, path, body, deadline_s, self.settings.slo.target(ctx.model, slo_class), slo_class
         )
