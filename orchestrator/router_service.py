@@ -428,6 +428,7 @@ class RouterService:
             self.estimator.forget_except(live)
             self.breakers.forget_except(live)
             self.metrics.forget_except(live)
+            self.metrics.show_replicas(table.replicas)
             self.upstream.forget_except({r.url for r in table.replicas})
             self.admission.forget_models_except(set(table.models))
             log.info("routing table version %d: %d replicas", table.version, len(table.replicas))

@@ -2,7 +2,8 @@
 
 A 512-replica simulation asks for tens of millions of step times; `StepCostModel.step_time_s`
 re-derives the same byte counts from the model shape on every call. This subclass computes the
-same formula from precomputed constants (a test checks the two agree) and changes nothing else.
+same formula from precomputed constants (a test checks the two agree) and changes nothing else,
+except on purpose: `speed_up` stands for a software upgrade mid-run.
 """
 
 from __future__ import annotations
@@ -32,6 +33,22 @@ class PrecomputedStepCost(StepCostModel):
                 4.0 * model.full_attention_layers * model.query_heads * model.head_dim
                 / base.spec.dense_flops_per_s / base.sequence_efficiency,
                 0.0,
+            ),
+        )  # fmt: skip
+
+    def speed_up(self, factor: float) -> None:
+        """From now on every step takes 1/`factor` of its time (a new engine or ROCm release
+        rolled out to the engines sharing this model); steps already under way keep theirs.
+        Memory, KV capacity and batch limits stay: an upgrade is faster kernels, not more HBM."""
+        if not factor > 0:
+            raise ValueError(f"a speed-up factor must be > 0, got {factor}")
+        keep, fixed, experts, bandwidth, sliding, per_kv, per_prefill, per_pair, _ = self._constants
+        object.__setattr__(
+            self,
+            "_constants",
+            (
+                keep, fixed, experts, bandwidth * factor, sliding, per_kv / factor,
+                per_prefill / factor, per_pair / factor, 0.0,
             ),
         )  # fmt: skip
 

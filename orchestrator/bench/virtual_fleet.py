@@ -140,13 +140,12 @@ class VirtualFleet:
         self.estimator = CapacityEstimator(
             target_ttft_s=target_ttft_s, target_tpot_s=target_tpot_s, **extra
         )
-        costs: dict[Generation, StepCostModel] = {}
+        costs: dict[str, PrecomputedStepCost] = {}  # one per pool, so pools upgrade alone
         for r in records:
-            if r.generation not in costs:
-                costs[r.generation] = PrecomputedStepCost(
-                    StepCostModel.for_generation(r.generation)
-                )
-        self.engines = {r.replica_id: _Engine(r, SimBatcher(costs[r.generation])) for r in records}
+            if r.pool not in costs:
+                costs[r.pool] = PrecomputedStepCost(StepCostModel.for_generation(r.generation))
+        self._costs = costs
+        self.engines = {r.replica_id: _Engine(r, SimBatcher(costs[r.pool])) for r in records}
         self._heap: list[tuple[float, int, int, _Engine | None]] = []
         self._order = itertools.count()
         self._ttfts = array("d")
@@ -157,6 +156,11 @@ class VirtualFleet:
         self._steps = 0
         self._last_finish_s = 0.0
         self._stop = False
+
+    def speed_up(self, pool: str, factor: float) -> None:
+        """Make every engine of `pool` `factor`× faster from now on (from `on_scrape`: a software
+        upgrade mid-run); the router is not told, it has to learn it."""
+        self._costs[pool].speed_up(factor)
 
     def stop(self) -> None:
         """End the run at the current event (from `on_scrape`: an overloaded probe, say)."""

@@ -46,16 +46,18 @@ def _operator(command: Callable[[ControlPlaneClient], str]) -> Callable[[argpars
 def cmd_status(args: argparse.Namespace) -> int:
     def show(client: ControlPlaneClient) -> str:
         from orchestrator.controlplane.admin_client import format_status
+        from orchestrator.controlplane.capacity_status import format_capacity
 
         status = client.status()
+        text = f"{format_status(status)}\n\n{format_capacity(status)}"
         if args.router is None:
-            return json.dumps(status.to_json(), indent=2) if args.json else format_status(status)
+            return json.dumps(status.to_json(), indent=2) if args.json else text
         from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 
         slo = router_slo(args.router)
         if args.json:
             return json.dumps({**status.to_json(), "slo": slo.to_json()}, indent=2)
-        return f"{format_status(status)}\n{format_router_slo(slo)}"
+        return f"{text}\n{format_router_slo(slo)}"
 
     return _operator(show)(args)
 

@@ -48,7 +48,9 @@ class ControlPlaneUnreachable(Exception):
 @dataclass(frozen=True, slots=True)
 class PoolRow:
     """A pool's desired size (`None` for external pools) next to the replicas ready in it;
-    `unplaceable` says why it cannot reach that size (empty when it can)."""
+    `unplaceable` says why it cannot reach that size (empty when it can); `capacity_steps` counts
+    the step changes found in its learned capacity, the last of them `last_step_ratio`× (None
+    before any)."""
 
     name: str
     site: str
@@ -57,6 +59,8 @@ class PoolRow:
     desired: int | None
     ready: int
     unplaceable: str = ""
+    capacity_steps: int = 0
+    last_step_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,8 @@ class ReplicaRow:
     control plane's view (ready, draining, gone) unless the routing table marks it unhealthy.
     `load` says whether routers may believe its load: "fresh", "stale" (older than
     `LOAD_STALE_AFTER_S`: routers treat it as unknown), "unknown" (its page is an adapter error,
-    `adapter_error`) or "none" (no heartbeat yet); `load_age_s` is `None` without a report."""
+    `adapter_error`) or "none" (no heartbeat yet); `load_age_s` is `None` without a report.
+    `engine_version` is what its engine states ("" when it states none or the replica is gone)."""
 
     id: str
     pool: str
@@ -83,6 +88,7 @@ class ReplicaRow:
     load_age_s: float | None = None
     adapter_errors: int = 0
     adapter_error: str = ""
+    engine_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +194,7 @@ def status_from_pb(response: Any) -> Status:
                 load_age_s=None if report is None else report.age_s,
                 adapter_errors=0 if report is None else report.adapter_errors_total,
                 adapter_error="" if report is None else report.adapter_error,
+                engine_version=row.engine_version if listed else "",
             )
         )
     rows = [
@@ -199,6 +206,8 @@ def status_from_pb(response: Any) -> Status:
             desired=p.replicas if p.HasField("replicas") else None,
             ready=sum(r.pool == p.name and r.state == "ready" for r in replicas),
             unplaceable=p.unplaceable,
+            capacity_steps=p.capacity_step_changes,
+            last_step_ratio=p.last_capacity_step_ratio or None,
         )
         for p in response.pools
     ]

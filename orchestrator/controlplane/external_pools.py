@@ -20,13 +20,15 @@ import asyncio
 import logging
 import ssl
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
 
 from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
-from orchestrator.controlplane.registry_state import RegistryStatus, ReplicaRegistration
+from orchestrator.controlplane.engine_version import read_engine_version
+from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import EngineKind, ReplicaLoad
 from orchestrator.engines import EngineAdapter, adapter_for
@@ -106,7 +108,7 @@ class ExternalReplicaChecker:
                     registered = await self._registered() if self._include_registered else []
                     checks = [*self._configured, *registered]
                     passed = await asyncio.gather(*(self._check(session, r) for r in checks))
-                    await self._report([beat for beat in passed if beat is not None])
+                    await self._report(session, [beat for beat in passed if beat is not None])
                     # Once per interval, however long the checks took: load ages stay bounded.
                     await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
             log.info("replica TLS files changed; checking with the new ones")
@@ -154,10 +156,13 @@ class ExternalReplicaChecker:
         return registration, load, problem
 
     async def _report(
-        self, beats: list[tuple[ReplicaRegistration, ReplicaLoad | None, str]]
+        self,
+        session: aiohttp.ClientSession,
+        beats: list[tuple[ReplicaRegistration, ReplicaLoad | None, str]],
     ) -> None:
         """One registry call for the whole round (one per replica would cost the registry a Ray
-        call each); configured replicas it does not know are registered."""
+        call each); configured replicas it does not know are registered, with the version their
+        engine states."""
         if not beats:
             return
         try:
@@ -166,7 +171,12 @@ class ExternalReplicaChecker:
             )
             for (registration, _, _), reply in zip(beats, replies, strict=True):
                 if not reply.known and registration.replica_id in self._configured_ids:
-                    await self._registry.register_replica.remote(registration)
+                    version = await read_engine_version(
+                        session, registration.url, adapter_for(registration.engine)
+                    )
+                    await self._registry.register_replica.remote(
+                        replace(registration, engine_version=version)
+                    )
         except Exception as exc:  # the registry restarting: the next round registers again
             log.warning("could not report %d external replicas: %s", len(beats), exc)
 

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Final
 
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
-from orchestrator.controlplane.registry_state import RegistryStatus, ReplicaRegistration
+from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import parse_generation
 from orchestrator.core.records import (
@@ -59,6 +59,7 @@ def replica_to_pb(replica: Replica) -> pb.Replica:
         node=replica.node,
         state=_STATE_TO_PB[replica.state],
         node_health=_HEALTH_TO_PB[replica.node_health],
+        engine_version=replica.engine_version,
     )
 
 
@@ -153,6 +154,7 @@ def table_from_pb(snapshot: pb.RoutingTableSnapshot, received_at_s: float = 0.0)
             node=r.node,
             state=_STATE_FROM_PB.get(r.state, ReplicaState.UNHEALTHY),
             node_health=_HEALTH_FROM_PB.get(r.node_health, NodeHealth.HEALTHY),
+            engine_version=r.engine_version,
         )
         for r in snapshot.replicas
     )
@@ -190,6 +192,7 @@ def registration_from_pb(request: pb.RegisterReplicaRequest) -> ReplicaRegistrat
         node=request.node,
         time_scale=request.time_scale or 1.0,
         external=True,
+        engine_version=request.engine_version,
     )
 
 
@@ -198,17 +201,22 @@ def health_from_pb(health: int) -> NodeHealth:
 
 
 def status_to_pb(status: RegistryStatus) -> pb.GetStatusResponse:
-    pools = [
-        pb.PoolStatus(
-            name=pool.name,
-            site=pool.site,
-            generation=pool.generation.value,
-            engine=pool.engine.value,
-            replicas=pool.replicas,
-            unplaceable=status.unplaceable.get(pool.name, ""),
+    pools = []
+    for pool in status.pools:
+        capacity = status.capacity.get(pool.name)
+        last_step = None if capacity is None else capacity.last_step
+        pools.append(
+            pb.PoolStatus(
+                name=pool.name,
+                site=pool.site,
+                generation=pool.generation.value,
+                engine=pool.engine.value,
+                replicas=pool.replicas,
+                unplaceable=status.unplaceable.get(pool.name, ""),
+                capacity_step_changes=0 if capacity is None else capacity.step_changes_total,
+                last_capacity_step_ratio=0.0 if last_step is None else last_step.ratio,
+            )
         )
-        for pool in status.pools
-    ]
     replicas = []
     for entry in status.replicas:
         load = entry.record.load

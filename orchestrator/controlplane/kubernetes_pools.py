@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from orchestrator.config.schema import DISCOVERED_PORT, OrchestratorConfig, PoolSpec
-from orchestrator.controlplane.registry_state import RegistryStatus, ReplicaRegistration
+from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.records import EngineKind
 from orchestrator.discovery import PodEndpoint, PodWatch, kubernetes_api, own_namespace
 

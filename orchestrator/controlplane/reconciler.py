@@ -38,7 +38,7 @@ from orchestrator.controlplane.reconcile import (
     reconcile,
 )
 from orchestrator.controlplane.registry import NAMESPACE
-from orchestrator.controlplane.registry_state import (
+from orchestrator.controlplane.registry_records import (
     RegistryStatus,
     ReplicaRegistration,
     ReplicaStatus,

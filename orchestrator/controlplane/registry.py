@@ -25,12 +25,14 @@ from ray.experimental import internal_kv
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.config.schema import OrchestratorConfig
-from orchestrator.controlplane.registry_state import (
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
+from orchestrator.controlplane.registry_records import (
     HeartbeatReply,
-    RegistryState,
     RegistryStatus,
     ReplicaRegistration,
+)
+from orchestrator.controlplane.registry_state import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    RegistryState,
     default_estimator,
 )
 from orchestrator.core.records import NodeHealth, ReplicaLoad

@@ -18,22 +18,30 @@ plain object. Rules:
   (`ReplicaLoads`), so hundreds of heartbeats a second do not rebuild every router's table, and
   reaches watchers as deltas (`loads_since`). A heartbeat without a load (the engine answered,
   its page was an adapter error) keeps the replica listed and counts the error.
+- Each pool's learned capacity (the sum of its ready replicas' estimates) is sampled into a
+  bounded `CapacityHistory` as heartbeats arrive, which finds step changes at an unchanged size.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
+from orchestrator.controlplane.capacity_history import CapacityHistory, CapacitySample
 from orchestrator.controlplane.reconcile import ObservedState
+from orchestrator.controlplane.registry_records import (
+    HeartbeatReply,
+    RegistryStatus,
+    ReplicaRecord,
+    ReplicaRegistration,
+    ReplicaStatus,
+)
 from orchestrator.controlplane.replica_loads import ReplicaLoads
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.core.generations import Generation
 from orchestrator.core.records import (
     EngineKind,
-    LoadReport,
     NodeHealth,
     Replica,
     ReplicaLoad,
@@ -46,72 +54,6 @@ from orchestrator.table.snapshot import LoadDelta, RoutingTable
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 3.0
 DEFAULT_DRAIN_GRACE_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaRegistration:
-    """What a replica tells the registry about itself once its engine answers `/health`.
-
-    `node` is the Ray node id (empty for external replicas); `time_scale` is the simulated engine's
-    slow-down (1.0 for real engines), by which its capacity prior is divided. `external` marks a
-    replica that runs outside the control plane's actors (an external pool's endpoint, or one
-    registered over gRPC): the control plane health-checks it but never places, drains or stops it.
-    """
-
-    replica_id: str
-    url: str
-    pool: str
-    site: str
-    generation: Generation
-    engine: EngineKind
-    node: str = ""
-    time_scale: float = 1.0
-    external: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaRecord:
-    """One registered replica as the registry last saw it; `load` is `None` before a heartbeat."""
-
-    registration: ReplicaRegistration
-    state: ObservedState
-    since_s: float
-    last_heartbeat_s: float
-    load: ReplicaLoad | None = None
-
-    @property
-    def replica_id(self) -> str:
-        return self.registration.replica_id
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatReply:
-    """`known` is False when the registry has no such replica (it restarted): re-register."""
-
-    known: bool
-    state: ObservedState | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaStatus:
-    """One registered replica for an operator: its record, its row in the table (`None` once
-    gone), how long ago its last heartbeat arrived, and its load report (`None` before any)."""
-
-    record: ReplicaRecord
-    listed: Replica | None
-    heartbeat_age_s: float
-    load: LoadReport | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryStatus:
-    """Everything `orchestrator status` shows, at one version. `unplaceable` maps a pool that is
-    below its desired size, because no node can take another of its replicas, to why."""
-
-    version: int
-    pools: tuple[PoolSpec, ...]
-    replicas: tuple[ReplicaStatus, ...]
-    unplaceable: Mapping[str, str] = field(default_factory=dict)
 
 
 class RegistryState:
@@ -129,11 +71,13 @@ class RegistryState:
         sizes: Mapping[str, int] | None = None,
         rebuild_s: float = 0.0,
         estimator: CapacityEstimator | None = None,
+        history: CapacityHistory | None = None,
     ) -> None:
         """`sizes` overrides config's desired sizes (what `scale` and `drain` set before a restart);
         entries for pools no longer in config, or external ones, are ignored. `rebuild_s` > 0 marks
         a restarted registry: see `rebuilt`. `estimator` learns each replica's capacity from its
-        heartbeats (by default against the router's default latency targets, unscaled)."""
+        heartbeats (by default against the router's default latency targets, unscaled);
+        `history` keeps each pool's learned capacity over time (default thresholds)."""
         self._config = config
         self._now_s = now_s
         self._version = first_version
@@ -151,6 +95,7 @@ class RegistryState:
         self._unplaceable: dict[str, str] = {}
         self._rebuilding_until_s: float | None = now_s() + rebuild_s if rebuild_s > 0 else None
         self._loads = ReplicaLoads(estimator or default_estimator(1.0), now_s=now_s)
+        self._history = history or CapacityHistory()
 
     @property
     def version(self) -> int:
@@ -244,6 +189,7 @@ class RegistryState:
         self._replicas[replica_id] = record
         if changed:
             self._bump()
+        self._sample_capacity(record.registration.pool, now)
         return HeartbeatReply(known=True, state=record.state)
 
     def report_node_health(self, node: str, health: NodeHealth) -> None:
@@ -361,7 +307,24 @@ class RegistryState:
                 for record in self.replicas()
             ),
             dict(self._unplaceable),
+            self._history.pools(),
         )
+
+    def _sample_capacity(self, pool: str, now: float) -> None:
+        """Add a sample of `pool`'s learned capacity when one is due: its ready, fresh replicas
+        that have an estimate (a stale one's figure is not news)."""
+        if not self._history.due(pool, now):
+            return
+        figures = [
+            report.capacity_tokens_per_s
+            for record in self._replicas.values()
+            if record.registration.pool == pool
+            and record.state is ObservedState.READY
+            and record.replica_id not in self._stale
+            and (report := self._loads.report(record.replica_id)) is not None
+            and report.capacity_tokens_per_s is not None
+        ]
+        self._history.record(pool, CapacitySample(now, len(figures), sum(figures)))
 
     def _prior(self, reg: ReplicaRegistration) -> float:
         prior = capacity_prior_tokens_per_s(self._figures, reg.generation)
@@ -387,6 +350,7 @@ class RegistryState:
             node=reg.node,
             state=state,
             node_health=self._node_health.get(reg.node, NodeHealth.HEALTHY),
+            engine_version=reg.engine_version,
         )
 
     def _bump(self) -> int:

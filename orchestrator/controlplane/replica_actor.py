@@ -3,7 +3,8 @@
 A real engine runs on the GPUs Ray assigned this actor (placement.py asks for them), never on the
 pool's placeholder list: several replicas on one 8-GPU node each get GPUs of their own.
 
-Its life: start the engine, wait until `/health` answers, register the endpoint, then once a second
+Its life: start the engine, wait until `/health` answers, register the endpoint with the version the
+engine states, then once a second
 scrape the engine's `/metrics` (read through the engine adapter) and heartbeat the load: this is
 the one scrape of the engine, and the load reaches routers in the routing table. A page the
 adapter cannot read (a metric renamed or missing) still heartbeats, with no load and the
@@ -25,9 +26,10 @@ from typing import Any, Final
 import aiohttp
 import ray
 
+from orchestrator.controlplane.engine_version import read_engine_version
 from orchestrator.controlplane.placement import runs_on_gpus
 from orchestrator.controlplane.reconcile import ObservedState
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
 from orchestrator.controlplane.replica_engine import (
     EngineSpec,
     LaunchPlan,
@@ -116,7 +118,10 @@ class ReplicaActor:
         url = await self._engine.start()
         await self._wait_healthy(url)
         self._registration = replace(
-            self._registration, url=url, node=ray.get_runtime_context().get_node_id()
+            self._registration,
+            url=url,
+            node=ray.get_runtime_context().get_node_id(),
+            engine_version=await read_engine_version(self._session, url, self._adapter),
         )
         await self._registry.register_replica.remote(self._registration)
         self._beating = asyncio.create_task(self._heartbeat_forever())

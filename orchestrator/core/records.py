@@ -88,6 +88,8 @@ class Replica:
     wall-clock output tokens/s (the fleet model's figure, divided by the time scale of a simulated
     engine); the router corrects it online. `static_weight` is only read by the
     `weighted-static` baseline, which exists to compare against hand-tuned weights.
+    `engine_version` is what the engine says it runs ("0.10.1"; empty when it does not say), so
+    learned capacity can be read per software version.
     """
 
     replica_id: str
@@ -102,3 +104,4 @@ class Replica:
     state: ReplicaState = ReplicaState.READY
     node_health: NodeHealth = NodeHealth.HEALTHY
     static_weight: float = 1.0
+    engine_version: str = ""

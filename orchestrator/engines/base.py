@@ -6,6 +6,7 @@ are the caller's job (the replica actor), so adapters are tested without GPUs or
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,22 @@ def version_tuple(version: str) -> tuple[int, ...]:
     """The numeric release of a version string: "0.10.1rc1" -> (0, 10, 1)."""
     found = re.match(r"\d+(\.\d+)*", version)
     return tuple(int(part) for part in found.group(0).split(".")) if found else ()
+
+
+_MAX_VERSION_CHARS = 64
+
+
+def version_from_json(body: str, key: str = "version") -> str:
+    """The engine version a JSON info page states under `key` (vLLM's `/version`, SGLang's
+    `/get_server_info`); raises ValueError when the page is not JSON or has no such string."""
+    try:
+        document = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the version page is not JSON: {exc.msg}") from None
+    version = document.get(key) if isinstance(document, dict) else None
+    if not isinstance(version, str) or not version.strip():
+        raise ValueError(f"the version page has no {key!r} string")
+    return version.strip()[:_MAX_VERSION_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +181,15 @@ class EngineAdapter(Protocol):
 
     @property
     def metric_names(self) -> MetricNames: ...
+
+    @property
+    def version_path(self) -> str:
+        """HTTP path of the JSON page that states the engine's version."""
+        ...
+
+    def parse_version(self, body: str) -> str:
+        """The engine version that page states; raises ValueError if it states none."""
+        ...
 
     def launch_command(self, spec: LaunchSpec) -> LaunchCommand:
         """The command that starts one replica as described by `spec`."""

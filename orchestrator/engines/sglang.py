@@ -6,7 +6,13 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from orchestrator.core.records import EngineKind, ReplicaLoad
-from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames, Series
+from orchestrator.engines.base import (
+    LaunchCommand,
+    LaunchSpec,
+    MetricNames,
+    Series,
+    version_from_json,
+)
 from orchestrator.engines.metrics import parse_replica_load
 
 _REALTIME_TOKENS: Final = "sglang:realtime_tokens_total"
@@ -46,6 +52,7 @@ class SglangAdapter:
 
     kind: ClassVar[EngineKind] = EngineKind.SGLANG
     health_path: ClassVar[str] = "/health"
+    version_path: ClassVar[str] = "/get_server_info"
     metric_names: ClassVar[MetricNames] = METRIC_NAMES
 
     def launch_command(self, spec: LaunchSpec) -> LaunchCommand:
@@ -60,6 +67,9 @@ class SglangAdapter:
         )  # fmt: skip
         # HIP_VISIBLE_DEVICES pins the replica to its GPUs (ROCm's CUDA_VISIBLE_DEVICES).
         return LaunchCommand(argv, {"HIP_VISIBLE_DEVICES": spec.visible_devices, **ROCM_ENV})
+
+    def parse_version(self, body: str) -> str:
+        return version_from_json(body)
 
     def parse_load(self, exposition_text: str, now_s: float) -> ReplicaLoad:
         return parse_replica_load(exposition_text, self.metric_names, now_s)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from orchestrator.core.records import EngineKind, ReplicaLoad
 from orchestrator.engines import vllm
-from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames
+from orchestrator.engines.base import LaunchCommand, LaunchSpec, MetricNames, version_from_json
 from orchestrator.engines.metrics import parse_replica_load
 
 
@@ -19,6 +19,7 @@ class SimAdapter:
 
     kind: ClassVar[EngineKind] = EngineKind.SIM
     health_path: ClassVar[str] = "/health"
+    version_path: ClassVar[str] = "/version"
     metric_names: ClassVar[MetricNames] = vllm.METRIC_NAMES
 
     def launch_command(self, spec: LaunchSpec) -> LaunchCommand:
@@ -33,6 +34,9 @@ class SimAdapter:
             *spec.extra_args,
         )  # fmt: skip
         return LaunchCommand(argv, {})
+
+    def parse_version(self, body: str) -> str:
+        return version_from_json(body)
 
     def parse_load(self, exposition_text: str, now_s: float) -> ReplicaLoad:
         return parse_replica_load(exposition_text, self.metric_names, now_s)

@@ -22,6 +22,7 @@ from orchestrator.engines.base import (
     LaunchSpec,
     MetricNames,
     Series,
+    version_from_json,
     version_tuple,
 )
 from orchestrator.engines.metrics import parse_replica_load
@@ -101,6 +102,7 @@ class VllmAdapter:
 
     kind: ClassVar[EngineKind] = EngineKind.VLLM
     health_path: ClassVar[str] = "/health"
+    version_path: ClassVar[str] = "/version"
     metric_names: ClassVar[MetricNames] = METRIC_NAMES
 
     def launch_command(self, spec: LaunchSpec) -> LaunchCommand:
@@ -118,6 +120,9 @@ class VllmAdapter:
         )  # fmt: skip
         # HIP_VISIBLE_DEVICES pins the replica to its GPUs (ROCm's CUDA_VISIBLE_DEVICES).
         return LaunchCommand(argv, {"HIP_VISIBLE_DEVICES": spec.visible_devices, **recipe.env})
+
+    def parse_version(self, body: str) -> str:
+        return version_from_json(body)
 
     def parse_load(self, exposition_text: str, now_s: float) -> ReplicaLoad:
         return parse_replica_load(exposition_text, self.metric_names, now_s)

@@ -3,13 +3,14 @@ retries, upstream errors, circuits, estimated capacity, latency targets and SLO 
 
 Every family is registered on the `CollectorRegistry` passed in (nothing global), named
 `orchestrator_router_*`, and labelled only from: site, pool, generation, replica, code, frontend,
-profile, kind, model, priority (the request's class), outcome. Per-replica children are cached
+profile, kind, model, priority (the request's class), outcome, and engine_version on the one info
+family that joins capacity to the software a replica runs. Per-replica children are cached
 so the hot path does one dict lookup per metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -113,6 +114,14 @@ class RouterMetrics:
             ["site", "pool", "generation", "replica"],
             registry=registry,
         )
+        self.replica_info = Gauge(
+            "orchestrator_router_replica_info",
+            "1 for each replica in this router's routing table, labelled with the version its"
+            " engine states (empty when it states none): join it on replica to read capacity per"
+            " software version.",
+            ["site", "pool", "generation", "replica", "engine_version"],
+            registry=registry,
+        )
         self.routable = Gauge(
             "orchestrator_router_routable_replicas",
             "Replicas of each model this router would route to now: ready, circuit closed.",
@@ -189,6 +198,18 @@ class RouterMetrics:
         self._routable_models.update(per_model)
         for model in self._routable_models:
             self.routable.labels(model).set(per_model.get(model, 0))
+
+    def show_replicas(self, replicas: Iterable[Replica]) -> None:
+        """One `orchestrator_router_replica_info` per replica of the table, and only those."""
+        self.replica_info.clear()
+        for replica in replicas:
+            self.replica_info.labels(
+                replica.site,
+                replica.pool,
+                replica.generation.value,
+                replica.replica_id,
+                replica.engine_version,
+            ).set(1)
 
     def forget_except(self, live_ids: Set[str]) -> None:
         """Drop the per-replica series of every replica not in `live_ids` (the table's)."""

@@ -1,8 +1,9 @@
 """Load and latency predictions shared by the scorers: one formula, one place.
 
 Utilisation is what makes generations comparable: outstanding requests divided by how many
-sequences the replica decodes at once within the TPOT target, so an MI355X holding 4.75× the
-requests of an MI300X is as busy as it when their capacities differ 4.75×.
+sequences the replica decodes at once within the TPOT target, so an MI355X holding k× the
+requests of an MI300X is as busy as it when their capacities differ k× (about 4.6 by the fleet
+model's priors, `fleet.figures.capacity_prior_tokens_per_s`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from orchestrator.controlplane.placement import (
 from orchestrator.controlplane.reconcile import NodeInfo, StartReplica
 from orchestrator.controlplane.reconciler import PoolReconciler
 from orchestrator.controlplane.registry import start_registry
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
 from orchestrator.controlplane.replica_actor import ReplicaActorClass
 from orchestrator.controlplane.replica_engine import EngineSpec, LaunchPlan, child_environment
 from orchestrator.core.generations import Generation

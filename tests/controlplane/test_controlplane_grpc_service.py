@@ -18,7 +18,7 @@ from orchestrator.config import default_config
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.grpc_translate import table_from_pb
 from orchestrator.controlplane.registry import start_registry
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, ReplicaLoad, ReplicaState

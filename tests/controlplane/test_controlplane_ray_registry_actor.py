@@ -21,7 +21,7 @@ from orchestrator.controlplane.checker_actor import ExternalCheckerActor
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, ReplicaState

@@ -6,7 +6,8 @@ import pytest
 
 from orchestrator.config import default_config
 from orchestrator.controlplane.reconcile import ObservedState
-from orchestrator.controlplane.registry_state import RegistryState, ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
+from orchestrator.controlplane.registry_state import RegistryState
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, NodeHealth, ReplicaLoad, ReplicaState

@@ -130,8 +130,7 @@ def test_the_exporter_mounts_host_sys_read_only_on_gpu_nodes_of_each_site(
     )
     for daemonset in daemonsets:
         spec = daemonset["spec"]["template"]["spec"]
-        (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
-        assert volume["hostPath"]["path"] == "/sys"
+        (volume,) = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/sys"]
         (container,) = spec["containers"]
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
         assert mount["readOnly"] is True
@@ -149,6 +148,7 @@ def test_every_pod_is_non_root_read_only_and_without_capabilities(
 ) -> None:
     templates = list(render(values).pod_templates())
     assert templates
+    host_paths = {"/sys", merged_values(values)["exporter"]["rocmInfoPath"]}
     for label, template in templates:
         spec = template["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True, label
@@ -162,7 +162,12 @@ def test_every_pod_is_non_root_read_only_and_without_capabilities(
             assert not context.get("privileged"), label
         for volume in spec.get("volumes", ()):
             if "hostPath" in volume:
-                assert volume["hostPath"]["path"] == "/sys", f"{label}: only /sys from the host"
+                assert volume["hostPath"]["path"] in host_paths, f"{label}: /sys and ROCm's .info"
+                mounts = [
+                    m for c in spec["containers"] for m in c["volumeMounts"]
+                    if m["name"] == volume["name"]
+                ]  # fmt: skip
+                assert all(m["readOnly"] for m in mounts), f"{label}: host paths read-only"
 
 
 def test_rbac_grants_get_list_watch_on_pods_and_nodes_and_nothing_else() -> None:
@@ -292,3 +297,24 @@ def test_notes_warn_when_host_network_exporters_have_no_node_cidrs_to_come_from(
         not in render({"networkPolicy": {"nodeCidrs": ["10.0.0.0/8"]}}).notes
     )
     assert "networkPolicy.nodeCidrs" not in render({"exporter": {"hostNetwork": False}}).notes
+
+
+def test_the_exporter_reads_the_hosts_rocm_version_file_read_only_unless_told_not_to() -> None:
+    def exporter_spec(values: dict[str, Any] | None) -> dict[str, Any]:
+        daemonset = render(values).of_kind("DaemonSet")[0]
+        spec: dict[str, Any] = daemonset["spec"]["template"]["spec"]
+        return spec
+
+    spec = exporter_spec(None)
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "rocm-info"]
+    assert volume["hostPath"] == {"path": "/opt/rocm/.info", "type": "DirectoryOrCreate"}
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "rocm-info"]
+    assert mount["readOnly"] is True
+    assert f"--rocm-version-file={mount['mountPath']}/version" in container["command"]
+
+    off = exporter_spec({"exporter": {"rocmInfoPath": ""}})
+    assert not [v for v in off["volumes"] if v["name"] == "rocm-info"]
+    assert "--rocm-version-file=" in off["containers"][0]["command"]
+    with pytest.raises(Exception, match="rocmInfoPath"):
+        render({"exporter": {"rocmInfoPath": "opt/rocm"}})

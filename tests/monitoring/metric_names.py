@@ -33,5 +33,5 @@ def metric_names_in(expr: str) -> set[str]:
     """The metric names `expr` reads (label matchers, strings and grouping clauses removed)."""
     bare = re.sub(r'"[^"]*"', '""', expr)
     bare = re.sub(r"\{[^}]*\}", "", bare)
-    bare = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", bare)
+    bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", bare)
     return set(_METRIC.findall(bare)) - _KEYWORDS

@@ -35,3 +35,29 @@ def test_a_model_whose_replicas_are_all_gone_reads_zero_routable() -> None:
     metrics.count_routable({"b": 0})
     assert sample(registry, "orchestrator_router_routable_replicas", model="a") == 0
     assert sample(registry, "orchestrator_router_routable_replicas", model="b") == 0
+
+
+def test_each_replica_of_the_table_has_one_info_series_with_its_engine_version() -> None:
+    registry = CollectorRegistry()
+    metrics = RouterMetrics(registry)
+    old, new = (
+        Replica(
+            replica_id=f"us-{i}",
+            url="http://127.0.0.1:1",
+            model="m",
+            pool="us-mi355x",
+            site="us",
+            generation=Generation.MI355X,
+            engine=EngineKind.VLLM,
+            capacity_prior_tokens_per_s=1.0,
+            engine_version=version,
+        )
+        for i, version in enumerate(("0.10.1", "0.11.0"))
+    )
+    labels = {"site": "us", "pool": "us-mi355x", "generation": "MI355X"}
+    metrics.show_replicas([old, new])
+    metrics.show_replicas([new])  # the old one left the table
+
+    info = "orchestrator_router_replica_info"
+    assert sample(registry, info, **labels, replica="us-1", engine_version="0.11.0") == 1
+    assert sample(registry, info, **labels, replica="us-0", engine_version="0.10.1") is None

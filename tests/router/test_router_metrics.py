@@ -15,6 +15,7 @@ from orchestrator.monitoring.router_slo import format_router_slo, router_slo
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
     "priority", "outcome", "key_id",
+    "engine_version",  # only on orchestrator_router_replica_info, the info family
 }  # fmt: skip
 HISTOGRAM_LABELS = {"le"}
 
@@ -57,6 +58,7 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
         "orchestrator_router_upstream_errors",
         "orchestrator_router_circuit_open",
         "orchestrator_router_estimated_capacity_tokens_per_second",
+        "orchestrator_router_replica_info",
     } <= set(found)
     for name, samples in found.items():
         for sample in samples:

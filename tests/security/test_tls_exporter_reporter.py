@@ -24,7 +24,7 @@ from orchestrator.cli import main
 from orchestrator.config import FabricHealthSpec, default_config
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
-from orchestrator.controlplane.registry_state import ReplicaRegistration
+from orchestrator.controlplane.registry_records import ReplicaRegistration
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, NodeHealth
 from orchestrator.exporters.drivers import BNXT_RE

@@ -26,8 +26,8 @@ class CapacityHeadroomScorer:
     within the TPOT target (its capacity in tokens/s × target TPOT in s). h =
     `degradedCapacityFactor` on a DEGRADED node, else 1. The + 1 counts the request being
     placed. Taking the maximum score equalises ρ across replicas, so each replica's share of the
-    traffic is proportional to its capacity: an MI355X with 4.75× the capacity of an MI300X gets
-    4.75× the requests, without any branch on the generation.
+    traffic is proportional to its capacity: an MI355X with k× the capacity of an MI300X (about
+    4.6× by the fleet model's priors) gets k× the requests, without any branch on the generation.
 
     Type: capacity-headroom. Range (0, 1); 1/2 at ρ = 1.
     Parameters: degradedCapacityFactor (in (0, 1], default 0.5).

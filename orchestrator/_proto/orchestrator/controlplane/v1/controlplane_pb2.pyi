@@ -31,7 +31,7 @@ NODE_HEALTH_DEGRADED: NodeHealth
 NODE_HEALTH_UNHEALTHY: NodeHealth
 
 class Replica(_message.Message):
-    __slots__ = ("id", "url", "model", "pool", "site", "generation", "engine", "capacity_prior_tokens_per_s", "node", "state", "node_health")
+    __slots__ = ("id", "url", "model", "pool", "site", "generation", "engine", "capacity_prior_tokens_per_s", "node", "state", "node_health", "engine_version")
     ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Replica(_message.Message):
     NODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     NODE_HEALTH_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     url: str
     model: str
@@ -54,7 +55,8 @@ class Replica(_message.Message):
     node: str
     state: ReplicaState
     node_health: NodeHealth
-    def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., capacity_prior_tokens_per_s: _Optional[float] = ..., node: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., node_health: _Optional[_Union[NodeHealth, str]] = ...) -> None: ...
+    engine_version: str
+    def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., capacity_prior_tokens_per_s: _Optional[float] = ..., node: _Optional[str] = ..., state: _Optional[_Union[ReplicaState, str]] = ..., node_health: _Optional[_Union[NodeHealth, str]] = ..., engine_version: _Optional[str] = ...) -> None: ...
 
 class ReplicaLoad(_message.Message):
     __slots__ = ("replica_id", "known", "running", "waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total", "age_s", "capacity_tokens_per_s", "adapter_errors_total", "adapter_error")
@@ -122,7 +124,7 @@ class WatchRoutingTableRequest(_message.Message):
     def __init__(self, after_version: _Optional[int] = ..., with_loads: _Optional[bool] = ...) -> None: ...
 
 class RegisterReplicaRequest(_message.Message):
-    __slots__ = ("id", "url", "pool", "site", "generation", "engine", "node", "time_scale")
+    __slots__ = ("id", "url", "pool", "site", "generation", "engine", "node", "time_scale", "engine_version")
     ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +133,7 @@ class RegisterReplicaRequest(_message.Message):
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     TIME_SCALE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     url: str
     pool: str
@@ -139,7 +142,8 @@ class RegisterReplicaRequest(_message.Message):
     engine: str
     node: str
     time_scale: float
-    def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., pool: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., node: _Optional[str] = ..., time_scale: _Optional[float] = ...) -> None: ...
+    engine_version: str
+    def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., pool: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., node: _Optional[str] = ..., time_scale: _Optional[float] = ..., engine_version: _Optional[str] = ...) -> None: ...
 
 class RegisterReplicaResponse(_message.Message):
     __slots__ = ("version",)
@@ -200,20 +204,24 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolStatus(_message.Message):
-    __slots__ = ("name", "site", "generation", "engine", "replicas", "unplaceable")
+    __slots__ = ("name", "site", "generation", "engine", "replicas", "unplaceable", "capacity_step_changes", "last_capacity_step_ratio")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     UNPLACEABLE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_STEP_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    LAST_CAPACITY_STEP_RATIO_FIELD_NUMBER: _ClassVar[int]
     name: str
     site: str
     generation: str
     engine: str
     replicas: int
     unplaceable: str
-    def __init__(self, name: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., replicas: _Optional[int] = ..., unplaceable: _Optional[str] = ...) -> None: ...
+    capacity_step_changes: int
+    last_capacity_step_ratio: float
+    def __init__(self, name: _Optional[str] = ..., site: _Optional[str] = ..., generation: _Optional[str] = ..., engine: _Optional[str] = ..., replicas: _Optional[int] = ..., unplaceable: _Optional[str] = ..., capacity_step_changes: _Optional[int] = ..., last_capacity_step_ratio: _Optional[float] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("id", "pool", "replica", "observed_state", "running", "waiting", "kv_cache_usage", "heartbeat_age_s", "load")
