@@ -18,8 +18,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -27,98 +25,35 @@ from orchestrator.admission.controller import AdmissionController, FleetRoom
 from orchestrator.admission.keys import ApiKey, KeyAuthority
 from orchestrator.admission.limits import KeyLease, KeyLimiter, check_background
 from orchestrator.admission.metrics import AdmissionMetrics
-from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import LoadReport, Replica, ReplicaState
-from orchestrator.core.slo import MLPERF_TPOT_S, MLPERF_TTFT_S, SloTargets
-from orchestrator.forwarding.breaker import BreakerSettings, CircuitBreakers
+from orchestrator.core.slo import MLPERF_TTFT_S
+from orchestrator.forwarding.breaker import CircuitBreakers
 from orchestrator.forwarding.dispatcher import Dispatcher, DispatchSettings, UpstreamReply
 from orchestrator.forwarding.event_stream import RESPONSES_PATH, response_id
 from orchestrator.forwarding.metrics import RouterMetrics
 from orchestrator.forwarding.passthrough import Passthrough, ReplicaUnreachable, WholeReply
-from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S, ReplicaScraper
+from orchestrator.forwarding.scraper import ReplicaScraper
 from orchestrator.forwarding.stored_responses import StoredResponses
-from orchestrator.forwarding.upstream import UpstreamPool, UpstreamSettings
-from orchestrator.routing.context import RequestContext
+from orchestrator.forwarding.upstream import UpstreamPool
+from orchestrator.router_settings import (
+    REQUEST_DEADLINE_S,
+    RouterConfig,
+    RouterSettings,
+    profile_named,
+)
+from orchestrator.routing.context import RequestContext, class_lanes
 from orchestrator.routing.estimator import CapacityEstimator
-from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S, FleetState
+from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.profile import Profile
-from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
 from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import load_replicas_file
 
 log = logging.getLogger(__name__)
 
-REQUEST_DEADLINE_S = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class RouterSettings:
-    """Targets and limits of one router.
-
-    `slo` holds the latency targets per model and request class, in seconds on real hardware
-    (MLPerf's 3 s TTFT and 80 ms TPOT unless the operator states others). `latency_scale` says
-    only that the replicas are simulated and run that many times slower (their `timeScale`):
-    every time the router compares against (targets, deadline, queue timeout) is stretched by it.
-    `load_stale_after_s` bounds the age of a load report from the control plane: older, the
-    replica's load is unknown (the file-fed scraper sets its own bound from its round length).
-    """
-
-    latency_scale: float = 1.0
-    slo: SloTargets = field(default_factory=SloTargets)
-    request_deadline_s: float = REQUEST_DEADLINE_S
-    connect_timeout_s: float = 2.0
-    scrape_interval_s: float = DEFAULT_INTERVAL_S
-    load_stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S
-    breaker: BreakerSettings = field(default_factory=BreakerSettings)
-    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
-    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
-
-    def __post_init__(self) -> None:
-        for name in ("latency_scale", "request_deadline_s"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise OrchestratorError(
-                    ErrorCode.INVALID_ARGUMENT, f"{name} must be > 0, got {value}", param=name
-                )
-
-    @property
-    def wall_slo(self) -> SloTargets:
-        """The targets in wall seconds (stretched by the latency scale)."""
-        return self.slo.scaled(self.latency_scale)
-
-    @property
-    def reference_tpot_s(self) -> float:
-        """The TPOT target (wall s) the replicas' capacity priors are stated at: MLPerf's."""
-        return MLPERF_TPOT_S * self.latency_scale
-
-    @property
-    def scaled_deadline_s(self) -> float:
-        return self.request_deadline_s * self.latency_scale
-
-
-@dataclass(frozen=True, slots=True)
-class RouterConfig:
-    """What the command line gives a router: where the replicas are and how to route to them."""
-
-    replicas_file: Path
-    profile: str = DEFAULT_PROFILE
-    settings: RouterSettings = field(default_factory=RouterSettings)
-
-
-def profile_named(name: str) -> Profile:
-    """A fresh instance of a built-in profile; unknown names are an error listing the known ones."""
-    profiles = builtin_profiles()
-    found = profiles.get(name)
-    if found is None:
-        raise OrchestratorError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"unknown routing profile {name!r}; known profiles: {', '.join(sorted(profiles))}",
-            param="profile",
-        )
-    return found
+__all__ = ["REQUEST_DEADLINE_S", "RouterConfig", "RouterService", "RouterSettings", "profile_named"]
 
 
 class RouterService:
@@ -144,6 +79,7 @@ class RouterService:
         self.metrics = RouterMetrics(self.registry)
         self.slo = self.settings.wall_slo
         self.metrics.show_targets(self.slo, tuple(table.snapshot().models))
+        self.class_lanes = class_lanes(self.slo)
         self.fleet = FleetState(self.settings.reference_tpot_s)
         self.fleet.sync(table.snapshot())
         self.estimator = CapacityEstimator(
@@ -354,11 +290,12 @@ class RouterService:
 
     def room_of(self, model: str, slo_class: str) -> FleetRoom | None:
         """The concurrent requests of `slo_class` the routable replicas of `model` sustain within
-        that class's TPOT target (`ReplicaStats.concurrency_capacity`), and what other routers
-        run on them."""
+        that class's TPOT target, or the tighter one a replica's batch is held to
+        (`ReplicaStats.binding_tpot_s`), what other routers run on them, and the part held for
+        this class (replicas reserved for its target)."""
         table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
-        capacity = 0.0
+        capacity = reserved = 0.0
         others = 0
         for candidate in self.fleet.candidates(table):
             replica, stats = candidate.replica, candidate.stats
@@ -366,9 +303,12 @@ class RouterService:
                 continue
             if stats.circuit_open:
                 continue
-            capacity += stats.concurrency_capacity(tpot_s)
+            sequences = stats.concurrency_capacity(stats.binding_tpot_s(tpot_s))
+            capacity += sequences
+            if stats.reserved_tpot_s == tpot_s:
+                reserved += sequences
             others += stats.others_in_flight()
-        return FleetRoom(capacity, others) if capacity > 0 else None
+        return FleetRoom(capacity, others, reserved) if capacity > 0 else None
 
     def models(self) -> list[str]:
         """Models served by the current table, sorted."""

@@ -16,7 +16,11 @@ wait would be, so a request that finds no room then is refused at once.
 
 Interactive requests are served before batch ones: batch is admitted only below
 `1 - batch_reserve` of the capacity, waits behind every interactive request, and a queued batch
-request is refused to make room when an interactive one finds the queue full.
+request is refused to make room when an interactive one finds the queue full. While routing holds
+replicas for a class's tight target (its room's `reserved`), that class is admitted up to the
+reserved room whatever the looser classes run (they are kept off those replicas' batch), and each
+of its requests weighs one slot in a looser class's room (those replicas count there at the tight
+target): the tight class meets its target, the loose ones take the rest and are refused first.
 """
 
 from __future__ import annotations
@@ -44,10 +48,13 @@ WAIT_MARGIN: Final = 0.5  # refuse at once when the predicted wait passes this s
 
 @dataclass(frozen=True, slots=True)
 class FleetRoom:
-    """A model's concurrent capacity (requests) and the requests other routers run on it."""
+    """A model's concurrent capacity (requests) and the requests other routers run on it;
+    `reserved` is the part of it on replicas held to this class's target for it (the
+    tightest class in flight, `routing/reservation.py`): looser classes do not count there."""
 
     capacity: float
     others: int = 0
+    reserved: float = 0.0
 
 
 RoomOf = Callable[[str, str], FleetRoom | None]
@@ -251,13 +258,19 @@ class AdmissionController:
         for other, count in lane.active_by.items():
             if count:
                 other_room = lane.rooms.get(other, room)
-                load += count * room.capacity / other_room.capacity
+                reserved = other is not priority and other_room.reserved > 0
+                load += count if reserved else count * room.capacity / other_room.capacity
         return load
 
     def _fits(self, lane: _Lane, priority: Priority) -> bool:
         """Whether one more request of `priority` fits (no room known: it does)."""
         if not lane.rooms:
             return True
+        room = lane.rooms.get(priority)
+        if room is not None and room.reserved > 0:
+            held = room.reserved * self.settings.capacity_factor - room.others
+            if lane.active_by[priority] < held:
+                return True
         return self._load(lane, priority) < self._slots(lane, priority)
 
     @staticmethod

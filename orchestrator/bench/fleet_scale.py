@@ -88,14 +88,22 @@ class SpreadRow:
     load_average: float
 
 
-def router_argv(port: int, *, replicas: Path | None = None, control_plane: int = 0) -> list[str]:
+def router_argv(
+    port: int,
+    *,
+    replicas: Path | None = None,
+    control_plane: int = 0,
+    metrics_port: int | None = 0,
+) -> list[str]:
+    """`metrics_port` 0: no metrics port; None: leave the flag out (a checkout from before it)."""
     source = (
         ["--config", str(replicas)]
         if replicas is not None
         else ["--control-plane", f"127.0.0.1:{control_plane}"]
     )
+    metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
     return [sys.executable, "-m", "orchestrator", "router", *source, "--host", "127.0.0.1",
-            "--port", str(port), "--grpc-port", "0"]  # fmt: skip
+            "--port", str(port), "--grpc-port", "0", *metrics]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -155,7 +163,8 @@ def scale_rows(
             checkouts.insert(0, ("scrapes itself, before", before))
         for mode, checkout in checkouts:
             port = free_port()
-            argv = router_argv(port, replicas=replicas_file(urls, workdir))
+            argv = router_argv(port, replicas=replicas_file(urls, workdir),
+                               metrics_port=None if checkout else 0)  # fmt: skip
             log = workdir / f"router-file-{count}.log"
             with router(argv, port, log, checkout) as (url, pid):
                 idle, health, rate = measure_router(
@@ -164,15 +173,15 @@ def scale_rows(
             rows.append(ScaleRow(mode, count, idle, health, rate,
                                  load_average=os.getloadavg()[0]))  # fmt: skip
         with control_plane(urls, namespace) as (cp_port, cp_pids):
-            port = free_port()
-            argv = router_argv(port, control_plane=cp_port)
+            port, metrics_port = free_port(), free_port()
+            argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
             with router(argv, port, workdir / f"router-cp-{count}.log") as (url, pid):
                 time.sleep(3.0)
                 shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
                 health = health_p99_ms(url)
                 rate = completions_per_s(url, duration_s, workdir)
                 age = histogram_p99(
-                    metric_samples(url), "orchestrator_router_decision_load_age_seconds"
+                    metric_samples(metrics_port), "orchestrator_router_decision_load_age_seconds"
                 )
         scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
         rows.append(
@@ -200,10 +209,11 @@ def spread_rows(
             with contextlib.ExitStack() as stack:
                 followers = []
                 for index in range(count):
-                    port = free_port()
+                    port, metrics_port = free_port(), free_port()
                     log = workdir / f"router-spread-{count}-{index}.log"
-                    argv = router_argv(port, control_plane=cp_port)
-                    followers.append(stack.enter_context(router(argv, port, log))[0])
+                    argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
+                    url = stack.enter_context(router(argv, port, log))[0]
+                    followers.append((url, metrics_port))
                 time.sleep(3.0)
                 rows.append(_spread(followers, duration_s, workdir))
     return rows
@@ -228,11 +238,12 @@ def uneven_split(total: int, parts: int) -> list[int]:
     return shares
 
 
-def _spread(urls: list[str], duration_s: float, workdir: Path) -> SpreadRow:
+def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) -> SpreadRow:
+    """`routers`: each one's URL and metrics port."""
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
     loads = [
         threading.Thread(target=_held_load, args=(f"{url}/v1/completions", script, n, duration_s))
-        for url, n in zip(urls, uneven_split(SPREAD_CONNECTIONS, len(urls)), strict=True)
+        for (url, _), n in zip(routers, uneven_split(SPREAD_CONNECTIONS, len(routers)), strict=True)
     ]
     for load in loads:
         load.start()
@@ -241,8 +252,8 @@ def _spread(urls: list[str], duration_s: float, workdir: Path) -> SpreadRow:
     peaks: list[float] = []
     while any(load.is_alive() for load in loads) and len(cvs) < 4 * duration_s:
         in_flight: dict[str, float] = {}
-        for url in urls:
-            for sample in metric_samples(url):
+        for _, metrics_port in routers:
+            for sample in metric_samples(metrics_port):
                 if sample.name == "orchestrator_router_in_flight_requests":
                     replica = sample.labels["replica"]
                     in_flight[replica] = in_flight.get(replica, 0.0) + sample.value
@@ -254,7 +265,9 @@ def _spread(urls: list[str], duration_s: float, workdir: Path) -> SpreadRow:
         time.sleep(0.25)
     for load in loads:
         load.join()
-    return SpreadRow(len(urls), statistics.fmean(cvs), statistics.fmean(peaks), os.getloadavg()[0])
+    return SpreadRow(
+        len(routers), statistics.fmean(cvs), statistics.fmean(peaks), os.getloadavg()[0]
+    )
 
 
 def _fmt(value: float | None, pattern: str) -> str:

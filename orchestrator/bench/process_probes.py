@@ -48,8 +48,10 @@ def health_p99_ms(url: str, samples: int = 100, budget_s: float = 20.0) -> float
     return statistics.quantiles(times, n=100)[98]
 
 
-def metric_samples(url: str) -> list[Any]:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+def metric_samples(metrics_port: int) -> list[Any]:
+    """The samples a router serves on its metrics port."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 

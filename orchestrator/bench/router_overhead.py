@@ -130,7 +130,7 @@ def router_commands(
         f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: '{model}'\nreplicas:\n{entries}"
     )
     ours = [python, "-m", "orchestrator", "router", "--host", "127.0.0.1", "--port", str(port),
-            "--grpc-port", "0"]  # fmt: skip
+            "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
     tls = ["--tls-cert", str(setting.certificate), "--tls-key", str(setting.key)]
     return {
         "ours": [*ours, "--config", str(replicas)],

@@ -22,33 +22,36 @@ TPOT target, and the rate B / (output tokens × step) it sustains there.
 `--two-class` offers interactive requests (tight targets) and batch requests (`--batch-ttft`,
 `--batch-tpot`, loose) together, `--two-class-load` × the limit in all, and reports each class's
 attainment, goodput and refusals: interactive should meet its targets and batch take the rest.
+Their goodput together is set against the fleet model's limit for that mix
+(`slo_limits.two_class_limit`): the fastest replicas that hold the interactive rate within its
+target serve it (and batch up to that batch), the others batch at the batch target.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import math
-import random
 import re
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
 from orchestrator.bench.peers import write_tokenizer
 from orchestrator.bench.processes import child, free_port, wait_http
 from orchestrator.bench.simulate.fleet_spec import FleetSpec, parse_fleet
+from orchestrator.bench.slo_limits import (
+    capacity_at,
+    format_limits,
+    replica_limit,
+    two_class_limit,
+)
+from orchestrator.bench.slo_load import Fleet, Probe, Targets, probe
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import Generation
-from orchestrator.fleet.step_cost import StepCostModel, StepWork
 
 ROUTERS = (
     "ours",
@@ -58,267 +61,6 @@ ROUTERS = (
 )
 PERCENTILE = 99.0
 _TOKENS = re.compile(rb"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
-
-
-# -- the fleet model's limit ---------------------------------------------------------------------
-
-
-def step_s(model: StepCostModel, batch: int, prompt: int, output: int) -> float:
-    """Real seconds of one engine step decoding `batch` sequences in steady state, each also
-    bringing its prompt's share of prefill (prompt / output tokens per step)."""
-    return model.step_time_s(
-        StepWork(
-            decode_sequences=batch,
-            decode_context_tokens=round(batch * (prompt + output / 2)),
-            prefill_tokens=round(batch * prompt / output),
-            prefill_attention_pairs=batch / output * prompt**2 / 2,
-        )
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaLimit:
-    generation: Generation
-    batch: int  # the largest batch within the TPOT target (0: none)
-    step_s: float
-    requests_per_s: float  # real time
-
-
-def replica_limit(generation: Generation, tpot_s: float, prompt: int, output: int) -> ReplicaLimit:
-    model = StepCostModel.for_generation(generation)
-    best = ReplicaLimit(generation, 0, math.nan, 0.0)
-    for batch in range(1, model.figures.engine.max_num_seqs + 1):
-        step = step_s(model, batch, prompt, output)
-        if step > tpot_s:
-            break
-        best = ReplicaLimit(generation, batch, step, batch / (output * step))
-    return best
-
-
-def capacity_at(generation: Generation, tpot_s: float, prompt: int, output: int) -> float:
-    """Output tokens/s (real) a replica sustains within `tpot_s`: the table's prior."""
-    limit = replica_limit(generation, tpot_s, prompt, output)
-    return limit.requests_per_s * output
-
-
-# -- load ---------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Outcome:
-    slo_class: str
-    sent_s: float
-    status: int = 0
-    ttft_s: float | None = None
-    last_s: float | None = None
-    tokens: int = 0
-    wanted: int = 0
-    error: bool = False
-
-    @property
-    def whole(self) -> bool:
-        return self.status == 200 and not self.error and self.tokens >= self.wanted
-
-    @property
-    def tpot_s(self) -> float | None:
-        if not self.whole or self.ttft_s is None or self.last_s is None or self.tokens < 2:
-            return None
-        return (self.last_s - self.ttft_s) / (self.tokens - 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Targets:
-    ttft_s: float  # wall seconds
-    tpot_s: float
-
-    def met(self, outcome: Outcome) -> bool:
-        tpot = outcome.tpot_s
-        return (
-            outcome.whole
-            and outcome.ttft_s is not None
-            and outcome.ttft_s <= self.ttft_s
-            and tpot is not None
-            and tpot <= self.tpot_s
-        )
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile; inf counts (a miss), NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def prompt_of(index: int, tokens: int) -> str:
-    head = f"request {index}: "
-    filler = "status line of the fleet "
-    size = max(0, 4 * tokens - len(head))
-    return head + (filler * (size // len(filler) + 1))[:size]
-
-
-async def _request(
-    session: aiohttp.ClientSession, url: str, model: str, index: int, prompt_tokens: int,
-    outcome: Outcome,
-) -> None:  # fmt: skip
-    body = {
-        "model": model, "prompt": prompt_of(index, prompt_tokens), "max_tokens": outcome.wanted,
-        "ignore_eos": True, "stream": True,
-    }  # fmt: skip
-    sent = time.perf_counter()
-    try:
-        async with session.post(
-            f"{url}/v1/completions", json=body, headers={"X-Priority": outcome.slo_class}
-        ) as response:
-            outcome.status = response.status
-            if response.status != 200:
-                await response.read()
-                return
-            async for line in response.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                if b'"error"' in line:
-                    outcome.error = True
-                    continue
-                if b'"text"' in line:
-                    now = time.perf_counter()
-                    if outcome.ttft_s is None:
-                        outcome.ttft_s = now - sent
-                    outcome.last_s = now - sent
-                    outcome.tokens += 1
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        outcome.error = True
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    rates: dict[str, float]  # requests/s (wall) per class
-    warmup_s: float
-    measure_s: float
-    drain_s: float
-    prompt_tokens: int
-    output_tokens: int
-    seed: int
-
-
-async def offer(url: str, model: str, load: Load) -> list[Outcome]:
-    """Poisson arrivals per class; returns the outcomes of requests sent in the measured window."""
-    rng = random.Random(load.seed)
-    total = sum(load.rates.values())
-    classes = list(load.rates)
-    weights = [load.rates[c] / total for c in classes]
-    measured: list[Outcome] = []
-    tasks: list[asyncio.Task[None]] = []
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=load.warmup_s + load.measure_s + load.drain_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        at = start
-        end = start + load.warmup_s + load.measure_s
-        index = 0
-        while at < end:
-            delay = at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            slo_class = rng.choices(classes, weights)[0]
-            outcome = Outcome(slo_class, at - start, wanted=load.output_tokens)
-            if at - start >= load.warmup_s:
-                measured.append(outcome)
-            index += 1
-            tasks.append(
-                asyncio.create_task(
-                    _request(session, url, model, index, load.prompt_tokens, outcome)
-                )
-            )
-            at += rng.expovariate(total)
-        _, pending = await asyncio.wait(tasks, timeout=load.drain_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-    return measured
-
-
-def generated_tokens(urls: Sequence[str]) -> list[float]:
-    """Each replica's `vllm:generation_tokens_total` now."""
-    out = []
-    for url in urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            text = response.read()
-        out.append(sum(float(m) for m in _TOKENS.findall(text)))
-    return out
-
-
-# -- one probe ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    rate: float
-    outcomes: list[Outcome]
-    pool_tokens: dict[str, float]
-    targets: dict[str, Targets]
-
-    def of(self, slo_class: str | None = None) -> list[Outcome]:
-        return [o for o in self.outcomes if slo_class is None or o.slo_class == slo_class]
-
-    def p99(self, slo_class: str) -> tuple[float, float]:
-        ttfts = [
-            o.ttft_s if o.whole and o.ttft_s is not None else math.inf for o in self.of(slo_class)
-        ]
-        tpots = [o.tpot_s if o.tpot_s is not None else math.inf for o in self.of(slo_class)]
-        return percentile(ttfts, PERCENTILE), percentile(tpots, PERCENTILE)
-
-    def meets(self, slo_class: str = "interactive") -> bool:
-        ttft, tpot = self.p99(slo_class)
-        target = self.targets[slo_class]
-        return ttft <= target.ttft_s and tpot <= target.tpot_s
-
-    def attainment(self, slo_class: str) -> float:
-        outcomes = self.of(slo_class)
-        target = self.targets[slo_class]
-        return sum(target.met(o) for o in outcomes) / len(outcomes) if outcomes else math.nan
-
-    def refused(self, slo_class: str) -> float:
-        outcomes = self.of(slo_class)
-        return sum(o.status == 429 for o in outcomes) / len(outcomes) if outcomes else math.nan
-
-    def shares(self) -> dict[str, float]:
-        total = sum(self.pool_tokens.values())
-        return {pool: tokens / total for pool, tokens in self.pool_tokens.items()} if total else {}
-
-
-@dataclass(slots=True)
-class Fleet:
-    urls: list[str]
-    generations: list[Generation]
-    model: str
-
-
-def probe(
-    fleet: Fleet, router_url: str, rates: dict[str, float], targets: dict[str, Targets],
-    args: argparse.Namespace, seed: int,
-) -> Probe:  # fmt: skip
-    load = Load(
-        rates, args.warmup, args.measure, args.drain, args.prompt_tokens, args.output_tokens, seed
-    )
-    window = [0.0] * len(fleet.urls)
-
-    async def run() -> list[Outcome]:
-        # the measured window's token counts: read the replicas when it ends
-        task = asyncio.create_task(offer(router_url, fleet.model, load))
-        await asyncio.sleep(args.warmup)
-        start = await asyncio.to_thread(generated_tokens, fleet.urls)
-        await asyncio.sleep(args.measure)
-        end = await asyncio.to_thread(generated_tokens, fleet.urls)
-        window[:] = [e - s for e, s in zip(end, start, strict=True)]
-        return await task
-
-    outcomes = asyncio.run(run())
-    pools: dict[str, float] = {}
-    for generation, tokens in zip(fleet.generations, window, strict=True):
-        pools[generation.value] = pools.get(generation.value, 0.0) + tokens
-    return Probe(sum(rates.values()), outcomes, pools, targets)
 
 
 # -- routers ------------------------------------------------------------------------------------
@@ -347,7 +89,7 @@ def router_argv(
         return [
             sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
             "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-            "--grpc-port", "0", "--latency-scale", str(args.time_scale),
+            "--grpc-port", "0", "--metrics-port", "0", "--latency-scale", str(args.time_scale),
         ]  # fmt: skip
     family, policy = name.split()
     module = (
@@ -462,23 +204,6 @@ def replicas(
 # -- report -------------------------------------------------------------------------------------
 
 
-def format_limits(limits: Sequence[ReplicaLimit], args: argparse.Namespace) -> str:
-    lines = [
-        f"SLO: p99 TTFT <= {args.ttft:g} s, p99 TPOT <= {args.tpot * 1e3:g} ms (real hardware;"
-        f" x{args.time_scale:g} wall); prompt {args.prompt_tokens}, output {args.output_tokens}"
-        " tokens",
-        "fleet model, per replica: largest batch within the TPOT target, its step, req/s (wall)",
-    ]
-    for limit in limits:
-        lines.append(
-            f"  {limit.generation.value}: batch {limit.batch}, step {limit.step_s * 1e3:.1f} ms,"
-            f" {limit.requests_per_s / args.time_scale:.2f} req/s"
-        )
-    total = sum(limit.requests_per_s for limit in limits) / args.time_scale
-    lines.append(f"  fleet limit under the SLO: {total:.2f} req/s (wall)")
-    return "\n".join(lines)
-
-
 def format_searches(searches: Sequence[Search], limit: float, generations: Sequence[str]) -> str:
     header = (
         f"{'router':<28}{'SLO rate':>10}{'goodput':>10}{'of limit':>10}"
@@ -520,7 +245,7 @@ def two_class(
         return probe(fleet, url, rates, targets, args, args.seed)
 
 
-def format_two_class(name: str, found: Probe, batch_limit: float) -> str:
+def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
     lines = [f"two classes through {name}, offered {found.rate:.2f} req/s in all:"]
     goodput = 0.0
     for slo_class in ("interactive", "batch"):
@@ -536,8 +261,8 @@ def format_two_class(name: str, found: Probe, batch_limit: float) -> str:
         )
     shares = ", ".join(f"{pool} {share:.1%}" for pool, share in found.shares().items())
     lines.append(
-        f"  goodput together {goodput:.2f} req/s = {goodput / batch_limit:.0%} of the fleet's limit"
-        f" at the batch target ({batch_limit:.2f} req/s); token shares: {shares}"
+        f"  goodput together {goodput:.2f} req/s = {goodput / mix_limit:.0%} of the fleet's limit"
+        f" for this mix ({mix_limit:.2f} req/s); token shares: {shares}"
     )
     return "\n".join(lines)
 
@@ -600,10 +325,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for g in generations
                 ]
                 batch_limit = sum(x.requests_per_s for x in batch_limits) / scale
-                print(f"fleet limit at the batch TPOT target: {batch_limit:.2f} req/s", flush=True)
+                tight_rate = args.two_class_load * batch_limit * args.interactive_share
+                mix_limit, held = two_class_limit(
+                    [x.requests_per_s / scale for x in limits],
+                    [x.requests_per_s / scale for x in batch_limits],
+                    tight_rate,
+                )
+                print(
+                    f"fleet limit at the batch TPOT target: {batch_limit:.2f} req/s; for this mix"
+                    f" (interactive {tight_rate:.2f} req/s met on the {held} fastest replicas,"
+                    f" batch on the rest): {mix_limit:.2f} req/s",
+                    flush=True,
+                )
                 for name in names:
                     found = two_class(name, fleet, args, targets, batch_limit, workdir)
-                    print(format_two_class(name, found, batch_limit), flush=True)
+                    print(format_two_class(name, found, mix_limit), flush=True)
                 return 0
             rounds: list[list[Search]] = []
             for repeat in range(args.repeat):

@@ -97,8 +97,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status.add_argument(
         "--router", metavar="URL",
-        help="also show this router's latency targets and SLO attainment per class and pool"
-        " (e.g. http://127.0.0.1:8000)",
+        help="also show this router's latency targets and SLO attainment per class and pool,"
+        " read from its metrics port (e.g. http://127.0.0.1:9190)",
     )  # fmt: skip
     status.set_defaults(handler=cmd_status)
     drain = operator("drain", "stop new requests to a pool (size 0) or one replica")

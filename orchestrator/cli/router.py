@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.cli import router_limits, router_slo, tls
+from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from orchestrator.core.arg_types import port, positive_float, positive_int
 
 
@@ -44,7 +45,10 @@ def cmd_router(args: argparse.Namespace) -> int:
         api_keys=keys,
         stream_buffer_bytes=args.stream_buffer_bytes,
     )
-    listen = Listen(args.host, args.port, args.workers, server_tls)
+    listen = Listen(
+        args.host, args.port, args.workers, server_tls,
+        metrics_host=args.metrics_host, metrics_port=args.metrics_port or None,
+    )  # fmt: skip
     companions = []
     if args.grpc_port:
         from orchestrator.frontends.grpc.server import grpc_serving
@@ -87,6 +91,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     router.add_argument(
         "--grpc-port", type=port, default=50051, help="gRPC port (default 50051; 0 disables)"
     )
+    router.add_argument(
+        "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
+        help=f"port of /metrics for Prometheus, never served on the API port (default "
+        f"{DEFAULT_METRICS_PORT}; 0 disables)",
+    )  # fmt: skip
+    router.add_argument(
+        "--metrics-host", default="127.0.0.1",
+        help="address of the metrics port (default 127.0.0.1; in a pod, 0.0.0.0)",
+    )  # fmt: skip
     router.add_argument("--profile", default="capacity", help="routing profile (default capacity)")
     router.add_argument(
         "--latency-scale", type=positive_float, default=1.0,

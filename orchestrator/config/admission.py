@@ -10,49 +10,67 @@
         defaultPriority: interactive
         streamBufferBytes: 1048576   # a client this far behind a stream has it cut
 
-The router admits requests against its estimated capacity (`orchestrator/admission/`); these are
-the knobs, with the defaults of `AdmissionSettings` and `HttpSettings`.
+Declared once: these fields are the config keys, the `orchestrator router` flags
+(`config/flags.py`), the settings admission runs with (`AdmissionLimits`, which
+`admission/settings.py` builds on) and the table in docs/router.md.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from orchestrator.config.flags import to_flags
+from orchestrator.config.settings_model import SettingsModel
 
 
-class AdmissionSpec(BaseModel):
-    """Admission control, priority default and the slow-reader cap of the router."""
+class AdmissionLimits(SettingsModel):
+    """What admission control runs with (the router's `AdmissionSettings`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    enabled: bool = True
-    max_queue: Annotated[int, Field(ge=0)] = Field(default=1024, alias="maxQueue")
+    enabled: bool = Field(
+        default=True,
+        json_schema_extra={"flag": "--admission"},
+        description="admit requests against the fleet's estimated capacity, refusing with 429"
+        " what cannot be served within the queue timeout",
+    )
+    max_queue: Annotated[int, Field(ge=0)] = Field(
+        default=1024, alias="maxQueue", description="requests that may wait for admission"
+    )
     queue_timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
-        default=1.0, alias="queueTimeoutS"
+        default=1.0,
+        alias="queueTimeoutS",
+        json_schema_extra={"flag": "--queue-timeout"},
+        description="seconds a request may wait for admission, times the latency scale",
     )
     batch_reserve: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
-        default=0.1, alias="batchReserve"
+        default=0.1,
+        alias="batchReserve",
+        description="share of the capacity batch requests leave to interactive ones",
     )
     capacity_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
-        default=1.0, alias="capacityFactor"
+        default=1.0,
+        alias="capacityFactor",
+        description="admit up to this multiple of the fleet's estimated capacity within the"
+        " targets",
     )
     default_priority: Literal["interactive", "batch"] = Field(
-        default="interactive", alias="defaultPriority"
+        default="interactive",
+        alias="defaultPriority",
+        description="class of a request that names none",
     )
+
+
+class AdmissionSpec(AdmissionLimits):
+    """Admission control, priority default and the slow-reader cap of the router."""
+
     stream_buffer_bytes: Annotated[int, Field(ge=1)] = Field(
-        default=1024 * 1024, alias="streamBufferBytes"
+        default=1024 * 1024,
+        alias="streamBufferBytes",
+        description="a client this many bytes behind a stream has it cut",
     )
 
     def router_flags(self) -> list[str]:
         """The `orchestrator router` flags that carry this section, for whatever starts routers
         from a config (as `orchestrator up` does)."""
-        return [
-            "--admission", "on" if self.enabled else "off",
-            "--max-queue", str(self.max_queue),
-            "--queue-timeout", str(self.queue_timeout_s),
-            "--batch-reserve", str(self.batch_reserve),
-            "--capacity-factor", str(self.capacity_factor),
-            "--default-priority", self.default_priority,
-            "--stream-buffer-bytes", str(self.stream_buffer_bytes),
-        ]  # fmt: skip
+        return to_flags(self)

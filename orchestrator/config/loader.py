@@ -18,14 +18,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems
 from orchestrator.config.errors import ConfigError, ConfigProblem, field_path
-from orchestrator.config.schema import (
-    API_VERSION,
-    KIND,
-    ConfigProblems,
-    OrchestratorConfig,
-    cross_field_problems,
-)
+from orchestrator.config.schema import API_VERSION, KIND, OrchestratorConfig
 from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 
 _EXPECTED = f"a mapping starting with `apiVersion: {API_VERSION}` and `kind: {KIND}`"

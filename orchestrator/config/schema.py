@@ -12,7 +12,8 @@
          replicas: 2, gpusPerReplica: 1, engineArgs: ["--max-num-seqs", "256"]}
       - {name: us-legacy, site: us, generation: MI300X, engine: external,
          endpoints: ["http://10.1.0.9:8000"]}
-    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, latencyScale: 10,
+    router: {profile: capacity, httpPort: 8000, grpcPort: 50051, metricsPort: 9190,
+             latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
@@ -31,6 +32,8 @@ What is checked, beyond types (every check names the field, and lists the allowe
   default 8000); `timeScale` is for `sim` only;
   `engineArgs` is not for `external`; no endpoint appears twice;
 - ports are in 1..65535 and no two services share one.
+Field types and their checks are in `config/fields.py`, the cross-field checks in
+`config/cross_checks.py`.
 
 Defaults are documented, never substituted for a bad value: a `sim` pool without `timeScale` runs
 in real time (1.0); `router.latencyScale` defaults to the largest `timeScale` of the sim pools (the
@@ -40,17 +43,29 @@ defaults to MLPerf's Server limits (3 s TTFT, 80 ms TPOT) for every class.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.config.admission import AdmissionSpec
-from orchestrator.config.errors import ConfigProblem, field_path
+from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems
+from orchestrator.config.errors import ConfigProblem
 from orchestrator.config.fabric_health import FabricHealthSpec
+from orchestrator.config.fields import (
+    DEFAULT_CONTROL_PLANE_GRPC_PORT,
+    DEFAULT_EXPORTER_PORT,
+    DEFAULT_ROUTER_GRPC_PORT,
+    DEFAULT_ROUTER_HTTP_PORT,
+    DEFAULT_ROUTER_METRICS_PORT,
+    EndpointUrl,
+    Name,
+    Port,
+    PortOrAny,
+    RttMs,
+    Scale,
+)
 from orchestrator.config.slo import SloSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
@@ -69,88 +84,9 @@ BUILTIN_PROFILE_NAMES: Final = (
     "weighted-static",
 )
 DEFAULT_PROFILE: Final = "capacity"
-DEFAULT_ROUTER_HTTP_PORT: Final = 8000
-DEFAULT_ROUTER_GRPC_PORT: Final = 50051
-DEFAULT_CONTROL_PLANE_GRPC_PORT: Final = 50052
-DEFAULT_EXPORTER_PORT: Final = 9400
 DISCOVERED_PORT: Final = 8000  # vLLM's default; a pool with a selector may set `port`
 DEFAULT_SIM_TIME_SCALE: Final = 1.0
-MAX_PORT: Final = 65535
-_MAX_LABEL = 63
 _LAUNCHED: Final = frozenset({EngineKind.SIM, EngineKind.VLLM, EngineKind.SGLANG})
-
-
-class ConfigProblems(ValueError):
-    """Raised by a model's own cross-field checks; paths are relative to that model.
-
-    The loader turns them into `ConfigProblem`s with full paths; a plain pydantic caller sees them
-    joined in one `ValidationError` message.
-    """
-
-    def __init__(self, problems: list[ConfigProblem]) -> None:
-        super().__init__("; ".join(str(problem) for problem in problems))
-        self.problems = tuple(problems)
-
-
-def _dns_label(value: str) -> str:
-    if (
-        not 0 < len(value) <= _MAX_LABEL
-        or not all(c.isdigit() or ("a" <= c <= "z") or c == "-" for c in value)
-        or value[0] == "-"
-        or value[-1] == "-"
-    ):
-        raise ValueError(
-            f"{value!r} is not a valid name: use lowercase letters a-z, digits and '-', starting"
-            f" and ending with a letter or digit, at most {_MAX_LABEL} characters"
-        )
-    return value
-
-
-def _port(value: int) -> int:
-    if not 1 <= value <= MAX_PORT:
-        raise ValueError(f"must be a port number in 1..{MAX_PORT}, got {value}")
-    return value
-
-
-def _port_or_any(value: int) -> int:
-    """A port, or 0 for "any free port"."""
-    return value if value == 0 else _port(value)
-
-
-def _rtt(value: float) -> float:
-    if value < 0:
-        raise ValueError(f"an RTT must be >= 0 ms, got {value:g}")
-    return value
-
-
-def _endpoint(value: str) -> str:
-    problem = (
-        f"must be the http(s) URL of a server's root, like http://10.0.0.5:8000; got {value!r}"
-    )
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError:
-        raise ValueError(problem) from None
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or parts.path not in ("", "/")
-        or parts.query
-        or parts.fragment
-        or parts.username is not None
-        or (port is not None and not 1 <= port <= MAX_PORT)
-    ):
-        raise ValueError(problem)
-    return value.rstrip("/")
-
-
-Name = Annotated[str, AfterValidator(_dns_label)]
-Port = Annotated[int, Field(strict=True), AfterValidator(_port)]
-PortOrAny = Annotated[int, Field(strict=True), AfterValidator(_port_or_any)]
-RttMs = Annotated[float, Field(strict=True, allow_inf_nan=False), AfterValidator(_rtt)]
-Scale = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
-EndpointUrl = Annotated[str, AfterValidator(_endpoint)]
 
 
 class _Strict(BaseModel):
@@ -268,7 +204,8 @@ class PoolSpec(_Strict):
 
 
 class RouterSpec(_Strict):
-    """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports and latency scale.
+    """The router: its profile (one of `BUILTIN_PROFILE_NAMES`), ports (`/metrics` on a port of
+    its own, on loopback in the embedded stack) and latency scale.
 
     `latency_scale` says the simulated engines run that much slower, so the router stretches its
     latency targets by it; after the whole config is validated it is never `None` (see the module
@@ -278,6 +215,7 @@ class RouterSpec(_Strict):
     profile: str = DEFAULT_PROFILE
     http_port: Port = Field(default=DEFAULT_ROUTER_HTTP_PORT, alias="httpPort")
     grpc_port: Port = Field(default=DEFAULT_ROUTER_GRPC_PORT, alias="grpcPort")
+    metrics_port: Port = Field(default=DEFAULT_ROUTER_METRICS_PORT, alias="metricsPort")
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
     admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
@@ -433,153 +371,3 @@ class OrchestratorConfig(_Strict):
                 for name in self.sites
             }
         )
-
-
-def _get(section: Mapping[Any, Any], alias: str, name: str, default: object = None) -> object:
-    """A key in raw input, written either way (`httpPort` or `http_port`)."""
-    if alias in section:
-        return section[alias]
-    return section.get(name, default)
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
-
-
-def cross_field_problems(raw: Mapping[Any, Any]) -> list[ConfigProblem]:
-    """Problems that span fields, read from raw input without trusting its shape.
-
-    The models run it on themselves once every field is valid; the loader also runs it on the raw
-    document when some field is not, so one report lists every problem. Parts of the input that
-    are malformed are skipped here (their own field check reports them).
-    """
-    problems: list[ConfigProblem] = []
-    sites = raw.get("sites")
-    site_names = (
-        sorted(name for name in sites if isinstance(name, str))
-        if isinstance(sites, Mapping)
-        else None
-    )
-    if isinstance(sites, Mapping) and site_names is not None:
-        problems += _rtt_problems(sites, site_names)
-    pools = raw.get("pools")
-    if isinstance(pools, list | tuple):
-        problems += _pool_problems(pools, site_names)
-    problems += _port_problems(raw)
-    return problems
-
-
-def _rtt_problems(sites: Mapping[Any, Any], names: list[str]) -> Iterator[ConfigProblem]:
-    given: set[tuple[str, str]] = set()  # written down, valid or not
-    rtts: dict[tuple[str, str], float] = {}
-    readable: set[str] = set()  # sites whose RTT table is a mapping (or absent)
-    for site in names:
-        spec = sites[site] if sites[site] is not None else {}
-        table = _get(spec, "rttMs", "rtt_ms", {}) if isinstance(spec, Mapping) else None
-        if not isinstance(table, Mapping):
-            continue
-        readable.add(site)
-        for other, value in table.items():
-            path = field_path(("sites", site, "rttMs", other))
-            given.add((site, other))
-            if other == site:
-                yield ConfigProblem(
-                    path, "a site's RTT to itself is 0 by definition; remove this entry"
-                )
-            elif other not in names:
-                yield ConfigProblem(
-                    path, f"unknown site {other!r}; known sites: {', '.join(names)}"
-                )
-            elif (ms := _number(value)) is not None:
-                rtts[(site, other)] = ms
-    for i, site in enumerate(names):
-        for other in names[i + 1 :]:
-            there, back = rtts.get((site, other)), rtts.get((other, site))
-            if there is not None and back is not None and there != back:
-                yield ConfigProblem(
-                    field_path(("sites", site, "rttMs", other)),
-                    f"{there:g} ms here but {field_path(('sites', other, 'rttMs', site))} says"
-                    f" {back:g} ms; a round trip takes the same time both ways",
-                )
-            elif (
-                {site, other} <= readable
-                and (site, other) not in given
-                and (other, site) not in given
-            ):
-                yield ConfigProblem(
-                    field_path(("sites", site, "rttMs")),
-                    f"no RTT between sites {site!r} and {other!r}; give"
-                    f" {field_path(('sites', site, 'rttMs', other))} (or"
-                    f" {field_path(('sites', other, 'rttMs', site))}) in ms",
-                )
-
-
-def _pool_problems(
-    pools: list[Any] | tuple[Any, ...], sites: list[str] | None
-) -> Iterator[ConfigProblem]:
-    first_named: dict[str, int] = {}
-    first_endpoint: dict[str, str] = {}
-    for i, pool in enumerate(pools):
-        if not isinstance(pool, Mapping):
-            continue
-        name = pool.get("name")
-        if isinstance(name, str):
-            if name in first_named:
-                yield ConfigProblem(
-                    f"pools[{i}].name",
-                    f"duplicate pool name {name!r} (first at pools[{first_named[name]}])",
-                )
-            else:
-                first_named[name] = i
-        site = pool.get("site")
-        if sites is not None and isinstance(site, str) and site and site not in sites:
-            known = ", ".join(sites) or "none"
-            yield ConfigProblem(
-                f"pools[{i}].site", f"unknown site {site!r}; known sites (under sites): {known}"
-            )
-        endpoints = pool.get("endpoints")
-        if not isinstance(endpoints, list | tuple):
-            continue
-        for j, url in enumerate(endpoints):
-            if not isinstance(url, str):
-                continue
-            path = f"pools[{i}].endpoints[{j}]"
-            key = url.rstrip("/")
-            if key in first_endpoint:
-                yield ConfigProblem(
-                    path, f"endpoint {url!r} is listed twice (first at {first_endpoint[key]})"
-                )
-            else:
-                first_endpoint[key] = path
-
-
-_PORTS: Final = (
-    ("router", "httpPort", "http_port", DEFAULT_ROUTER_HTTP_PORT),
-    ("router", "grpcPort", "grpc_port", DEFAULT_ROUTER_GRPC_PORT),
-    ("controlPlane", "grpcPort", "grpc_port", DEFAULT_CONTROL_PLANE_GRPC_PORT),
-    ("controlPlane", "httpSdPort", "http_sd_port", None),
-    ("exporters", "port", "port", DEFAULT_EXPORTER_PORT),
-)
-_SECTION_NAMES: Final = {"controlPlane": "control_plane"}
-
-
-def _port_problems(raw: Mapping[Any, Any]) -> Iterator[ConfigProblem]:
-    taken: dict[int, str] = {}
-    for section_key, alias, name, default in _PORTS:
-        section = _get(raw, section_key, _SECTION_NAMES.get(section_key, section_key), {})
-        if section is None:
-            section = {}
-        if not isinstance(section, Mapping):
-            continue
-        port = _get(section, alias, name, default)
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= MAX_PORT:
-            continue
-        path = f"{section_key}.{alias}"
-        if port in taken:
-            yield ConfigProblem(
-                path, f"port {port} is also {taken[port]}; every service needs its own port"
-            )
-        else:
-            taken[port] = path

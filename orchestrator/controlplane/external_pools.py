@@ -28,6 +28,7 @@ import aiohttp
 
 from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.engine_version import read_engine_version
+from orchestrator.controlplane.metrics_page import read_page
 from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import EngineKind, ReplicaLoad
@@ -191,6 +192,6 @@ async def _probe(
     try:
         async with session.get(url + "/metrics") as metrics:
             metrics.raise_for_status()
-            return adapter.parse_load(await metrics.text(), time.time()), ""
+            return adapter.parse_load(await read_page(metrics), time.time()), ""
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         return None, f"/metrics: {exc or type(exc).__name__}"

@@ -27,6 +27,7 @@ import aiohttp
 import ray
 
 from orchestrator.controlplane.engine_version import read_engine_version
+from orchestrator.controlplane.metrics_page import read_page
 from orchestrator.controlplane.placement import runs_on_gpus
 from orchestrator.controlplane.reconcile import ObservedState
 from orchestrator.controlplane.registry_records import ReplicaRegistration
@@ -160,11 +161,10 @@ class ReplicaActor:
                 log.warning("heartbeat of %s failed: %s", self._registration.replica_id, exc)
 
     async def _heartbeat(self) -> None:
-        text = await self._scrape()
         load: ReplicaLoad | None = None
         problem = ""
         try:
-            load = self._adapter.parse_load(text, time.time())
+            load = self._adapter.parse_load(await self._scrape(), time.time())
         except ValueError as exc:
             problem = str(exc)
         reply = await asyncio.wait_for(
@@ -184,11 +184,12 @@ class ReplicaActor:
             )
 
     async def _scrape(self) -> str:
-        """The engine's `/metrics` page; raises when it does not answer 200 (no heartbeat then)."""
+        """The engine's `/metrics` page; raises when it does not answer 200 (no heartbeat then),
+        `MalformedMetricsPageError` when it is too large (a heartbeat saying so)."""
         assert self._session is not None
         async with self._session.get(self._registration.url + "/metrics") as response:
             response.raise_for_status()
-            return await response.text()
+            return await read_page(response)
 
 
 def assigned_gpus() -> tuple[int, ...]:

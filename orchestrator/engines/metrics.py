@@ -21,6 +21,7 @@ from orchestrator.engines.base import MetricNames, Series
 from orchestrator.engines.errors import MalformedMetricsPageError, MissingMetricsError
 
 _QUOTED_LINE_CHARS = 120
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # a page read to scrape, at most (vLLM's is tens of KB)
 _Labels = frozenset[tuple[str, str]]
 
 

@@ -253,7 +253,7 @@ class Dispatcher:
         now = self._clock.now()
         if deadline_s <= now:
             raise _deadline_error()
-        slo_class = ctx.priority.value
+        slo_class = ctx.target_class
         target = self.settings.slo.target(ctx.model, slo_class)
         if ctx.replica_id is not None:
             decision = _pinned(ctx.replica_id, table.replica(ctx.replica_id))

@@ -5,8 +5,8 @@ A request is one `transport.write`; llhttp parses the answer, and body bytes go 
 they arrive. Framing is strict (RFC 9112): an answer the parser refuses, a status outside
 100-599, a version other than HTTP/1.0 and 1.1, `Transfer-Encoding` together with
 `Content-Length`, in an HTTP/1.0 answer or naming a coding other than `chunked`, more than
-`MAX_INTERIM_ANSWERS` interim answers, a head over `MAX_HEAD_BYTES` or bytes nobody asked for:
-each ends the exchange with
+`MAX_INTERIM_ANSWERS` interim answers, a head over `MAX_HEAD_BYTES`, a body read whole that
+outgrows its limit or bytes nobody asked for: each ends the exchange with
 `UpstreamMalformed` (a clean 502 or terminal stream event for the client) and closes the
 connection, so no byte of one answer is ever taken for part of another. Each exchange has an
 absolute deadline on the event loop's clock; when it passes, the reader gets `TimeoutError` and
@@ -21,28 +21,21 @@ from typing import Final, Protocol, cast
 
 import httptools
 
-PAUSE_READING_BYTES: Final = 256 * 1024  # streamed bytes buffered, unread, before reading pauses
+from orchestrator.forwarding.upstream_response import (
+    PAUSE_READING_BYTES,
+    UpstreamDisconnected,
+    UpstreamError,
+    UpstreamMalformed,
+    UpstreamResponse,
+)
+
+__all__ = ["ConnectionHome", "ReplicaConnection", "UpstreamError", "UpstreamResponse"]
+DEFAULT_MAX_ANSWER_BYTES: Final = 32 * 1024 * 1024  # a whole (not streamed) answer, at most
 JOIN_BODY_BELOW_BYTES: Final = 64 * 1024  # smaller request bodies go out in one write with the head
 MAX_HEAD_BYTES: Final = 64 * 1024  # an answer's status line and header fields, together
 MAX_INTERIM_ANSWERS: Final = 8  # 1xx answers tolerated before the real one
 _VERSIONS: Final = frozenset({"1.0", "1.1"})
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
-
-
-class UpstreamError(Exception):
-    """Talking to a replica failed; the subclasses say at which point."""
-
-
-class UpstreamConnectError(UpstreamError):
-    """No connection could be opened: refused, unreachable, no address, TLS failed, timed out."""
-
-
-class UpstreamDisconnected(UpstreamError):
-    """The connection ended, or the response's framing broke, before the whole response came."""
-
-
-class UpstreamMalformed(UpstreamDisconnected):
-    """The replica's answer broke HTTP/1.1 framing (RFC 9112); the connection was dropped."""
 
 
 class _Malformed(Exception):
@@ -59,95 +52,6 @@ class ConnectionHome(Protocol):
         """The connection closed between exchanges (maybe while kept idle); may come twice."""
 
 
-class UpstreamResponse:
-    """A response as it arrives: `status`, `headers` (lower-case names) and the body.
-
-    Read the body with `read()` (all of it) or `read_some()` (what has arrived, at least one
-    byte; b"" once it ended). Reads raise `UpstreamDisconnected` when the connection broke and
-    `TimeoutError` when the exchange's deadline passed. Then call `release()` once done, which
-    keeps the connection for another request when the body ended cleanly, or `close()`, which
-    drops it (the replica sees the connection close); either may be called more than once.
-    """
-
-    __slots__ = ("_buffered", "_complete", "_connection", "_error", "_pieces", "_waiter", "_whole",
-                 "headers", "status")  # fmt: skip
-
-    def __init__(self, status: int, headers: dict[str, str], connection: ReplicaConnection) -> None:
-        self.status = status
-        self.headers = headers
-        self._connection: ReplicaConnection | None = connection
-        self._pieces: list[bytes] = []
-        self._buffered = 0
-        self._complete = False
-        self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._whole = False  # read() is collecting the whole body
-
-    @property
-    def finished(self) -> bool:
-        """The whole body arrived and has been read."""
-        return self._complete and not self._pieces
-
-    async def read(self) -> bytes:
-        """The whole (rest of the) body; it is buffered however large it is."""
-        if not self._whole:
-            self._whole = True  # reading must not pause: nothing is taken before the end
-            if self._connection is not None:
-                self._connection.resume()
-        while not self._complete:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
-        return self._take()
-
-    async def read_some(self) -> bytes:
-        """Body bytes that arrived since the last read, waiting for some; b"" at the end."""
-        while not self._pieces:
-            if self._error is not None:
-                raise self._error
-            if self._complete:
-                return b""
-            await self._wait()
-        return self._take()
-
-    def release(self, drain_s: float = 0.0) -> None:
-        """Done with the response: keep its connection if the body ended cleanly, or, given
-        `drain_s`, if the rest of the body (unread, dropped) arrives within that many seconds."""
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        if not self._complete and self._error is None and drain_s > 0:
-            connection.drain(drain_s)
-        else:
-            connection.finish(reusable=self._complete)
-
-    def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.finish(reusable=False)
-
-    def _take(self) -> bytes:
-        pieces = self._pieces
-        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        pieces.clear()
-        if self._buffered >= PAUSE_READING_BYTES and self._connection is not None:
-            self._connection.resume()
-        self._buffered = 0
-        return data
-
-    async def _wait(self) -> None:
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
 class ReplicaConnection(asyncio.Protocol):
     """One connection to one replica; carries one exchange at a time.
 
@@ -156,8 +60,11 @@ class ReplicaConnection(asyncio.Protocol):
     `home` (`ConnectionHome.connection_done`).
     """
 
-    def __init__(self, home: ConnectionHome) -> None:
+    def __init__(
+        self, home: ConnectionHome, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    ) -> None:
         self.home = home
+        self.max_answer_bytes = max_answer_bytes
         self.closed = False
         self.idle_since_s = 0.0  # event-loop time when it last went idle
         self._transport: asyncio.Transport | None = None
@@ -278,7 +185,7 @@ class ReplicaConnection(asyncio.Protocol):
         self._reusable = _keeps_alive(version, headers) and (
             status in _NO_BODY_STATUSES or not self._ends_with_connection()
         )
-        self._response = response = UpstreamResponse(status, headers, self)
+        self._response = response = UpstreamResponse(status, headers, self, self.max_answer_bytes)
         waiter, self._head_waiter = self._head_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(response)
@@ -289,6 +196,9 @@ class ReplicaConnection(asyncio.Protocol):
             return
         response._pieces.append(body)
         response._buffered += len(body)
+        if response._whole and response._buffered > response.limit:
+            response._pieces.clear()
+            raise _Malformed(f"the replica's answer is over {response.limit} bytes")
         if response._buffered >= PAUSE_READING_BYTES and not response._whole and not self._paused:
             self._paused = True
             assert self._transport is not None

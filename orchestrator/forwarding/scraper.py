@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.records import Replica
 from orchestrator.engines import adapter_for
+from orchestrator.engines.metrics import MAX_PAGE_BYTES
 from orchestrator.forwarding.breaker import BreakerState, CircuitBreakers
 from orchestrator.forwarding.dispatcher import UpstreamErrorKind
 from orchestrator.forwarding.metrics import RouterMetrics
@@ -171,7 +172,8 @@ class ReplicaScraper:
         ).set(stats.capacity_tokens_per_s)
 
     async def _get(self, replica: Replica, path: str) -> str | None:
-        """The page's text if the replica answered 200 in time, else None."""
+        """The page's text if the replica answered 200 in time, within `MAX_PAGE_BYTES`, else
+        None."""
         try:
             response = await self._upstream.get(
                 replica.url, path, timeout_s=self.timeout_s, connect_timeout_s=self.timeout_s
@@ -180,7 +182,7 @@ class ReplicaScraper:
                 if response.status != 200:
                     log.debug("replica %s: GET %s -> %d", replica.replica_id, path, response.status)
                     return None
-                page = await response.read()
+                page = await response.read(MAX_PAGE_BYTES)
             finally:
                 response.release()
             return page.decode("utf-8", errors="replace")

@@ -19,8 +19,8 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.forwarding.replica_connection import (
-    ReplicaConnection,
+from orchestrator.forwarding.replica_connection import DEFAULT_MAX_ANSWER_BYTES, ReplicaConnection
+from orchestrator.forwarding.upstream_response import (
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamError,
@@ -54,17 +54,20 @@ class UpstreamSettings:
     replica; a request over the cap waits for a free connection (within its deadline). Idle
     connections do not count. `keepalive_s` is how long an idle connection is kept: below the
     5 s that vLLM's uvicorn keeps one, so the router closes idle connections before the replica
-    does and rarely reuses a half-closed one. `replica_tls` verifies `https` replicas (its CA;
-    None: the system's trust store) and, with a cert, presents that to them.
+    does and rarely reuses a half-closed one. `max_answer_bytes` caps an answer read whole (a
+    larger one is a malformed answer: the client gets a clean 502). `replica_tls` verifies
+    `https` replicas (its CA; None: the system's trust store) and, with a cert, presents that
+    to them.
     """
 
     limit: int = 4096
     limit_per_host: int = 1024
     keepalive_s: float = 4.0
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     replica_tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
-        for name in ("limit", "limit_per_host"):
+        for name in ("limit", "limit_per_host", "max_answer_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.keepalive_s > 0:
@@ -273,7 +276,7 @@ class UpstreamPool:
                 raise TimeoutError
             async with asyncio.timeout(timeout_s):
                 _, connection = await loop.create_connection(
-                    lambda: ReplicaConnection(origin),
+                    lambda: ReplicaConnection(origin, self.settings.max_answer_bytes),
                     origin.host,
                     origin.port,
                     ssl=tls,

@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
+
+from orchestrator.core.slo import SloTargets
 
 
 class Priority(StrEnum):
+    """The admission lane of a request: interactive requests are served before batch ones."""
+
     INTERACTIVE = "interactive"
     BATCH = "batch"
+
+
+BUILTIN_LANES: Final[Mapping[str, Priority]] = {p.value: p for p in Priority}
+
+
+def class_lanes(targets: SloTargets) -> dict[str, Priority]:
+    """Every class a request may name, with its admission lane: a class the operator named is
+    admitted as interactive when its fleet-wide TTFT target is no looser than interactive's,
+    else as batch (it waits behind interactive requests and is refused first)."""
+    interactive_ttft_s = targets.target("", Priority.INTERACTIVE.value).ttft_s
+    lanes = dict(BUILTIN_LANES)
+    for name in targets.class_names():
+        if name not in lanes:
+            tight = targets.target("", name).ttft_s <= interactive_ttft_s
+            lanes[name] = Priority.INTERACTIVE if tight else Priority.BATCH
+    return lanes
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +43,8 @@ class RequestContext:
     from the client (header), None when unknown. `stored_response_id` is the stored response the
     request continues (Responses' `previous_response_id`); `replica_id` names the one replica
     that can answer (the holder of that response); None lets routing choose. `background` is a
-    Responses request answered at once, before its tokens exist.
+    Responses request answered at once, before its tokens exist. `slo_class` is the class the
+    request named when it is not a built-in one (its targets; `priority` is then its lane).
     """
 
     model: str
@@ -34,3 +57,9 @@ class RequestContext:
     stored_response_id: str | None = None
     replica_id: str | None = None
     background: bool = False
+    slo_class: str | None = None
+
+    @property
+    def target_class(self) -> str:
+        """The class whose latency targets this request is routed and judged against."""
+        return self.priority.value if self.slo_class is None else self.slo_class

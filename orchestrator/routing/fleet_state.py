@@ -1,5 +1,6 @@
 """The router's live state of the fleet: one `ReplicaStats` per replica, kept across table updates,
-and the bookkeeping the forwarder does around each request."""
+and the bookkeeping the forwarder does around each request, including which replicas are held to
+the tightest TPOT target in flight (`routing/reservation.py`; fleet-wide, the one-model case)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.plugin import Candidate
+from orchestrator.routing.reservation import demand_moved, reserved_replicas
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
@@ -25,6 +27,8 @@ class FleetState:
         self.reference_tpot_s = reference_tpot_s
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
+        self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
+        self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
 
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
@@ -36,6 +40,8 @@ class FleetState:
             if replica.replica_id not in self._stats:
                 self._stats[replica.replica_id] = self._new(replica)
         self._candidates = None
+        self._reserved_for = None
+        self._reserve()
 
     def _new(self, replica: Replica) -> ReplicaStats:
         return ReplicaStats(
@@ -81,6 +87,7 @@ class FleetState:
             stats.in_flight += 1
             stats.started_total += 1
             stats.count_in(target_tpot_s)
+            self._count(target_tpot_s, 1)
 
     def first_token(self, replica: Replica, ttft_s: float) -> None:
         stats = self._stats.get(replica.replica_id)
@@ -101,6 +108,7 @@ class FleetState:
             return
         stats.in_flight = max(0, stats.in_flight - 1)
         stats.count_out(target_tpot_s)
+        self._count(target_tpot_s, -1)
         stats.finished_total += 1
         stats.output_tokens_total += output_tokens
         if not ok:
@@ -138,6 +146,34 @@ class FleetState:
         stats.load_known_until_s = min(load.observed_at_s, now_s) + stale_after_s
         stats.load_problem = ""
         return stats
+
+    def _count(self, tpot_s: float, delta: int) -> None:
+        counts = self._in_flight_by_tpot
+        left = counts.get(tpot_s, 0) + delta
+        if left > 0:
+            counts[tpot_s] = left
+        else:
+            counts.pop(tpot_s, None)
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """Hold the fastest replicas to the tightest TPOT target in flight while looser work is
+        in flight too; redone when that target changes or its demand moves out of its band."""
+        counts = self._in_flight_by_tpot
+        tight = min(counts) if len(counts) > 1 else math.inf
+        demand = float(counts[tight]) if tight in counts else 0.0
+        last = self._reserved_for
+        if last is not None and last[0] == tight and not demand_moved(demand, last[1]):
+            return
+        self._reserved_for = (tight, demand)
+        every = list(self._stats.values())
+        usable = [stats for stats in every if not stats.circuit_open]
+        held = [i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight]
+        capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
+        for stats in every:
+            stats.reserved_tpot_s = math.inf
+        for index in reserved_replicas(capacities, demand, held):
+            usable[index].reserved_tpot_s = tight
 
 
 def _smooth(previous: float | None, value: float) -> float:

@@ -47,14 +47,17 @@ def utilisations(
     """`utilisation` of each candidate, in order; the scorers' hot loop, so written out flat.
 
     Capacity is at the TPOT target that binds the replica's batch if it takes the request: the
-    request's own, or a tighter one of a request it already runs (one batch, one step time), so
-    loose-target work goes where it does not slow tight-target work down.
+    request's own, or a tighter one of a request it already runs (one batch, one step time) or
+    that the replica is reserved for, so loose-target work goes where it does not slow
+    tight-target work down.
     """
     degraded = NodeHealth.DEGRADED
     out = []
     for candidate in candidates:
         stats = candidate.stats
         tightest = stats.tightest_tpot_s
+        if stats.reserved_tpot_s < tightest:
+            tightest = stats.reserved_tpot_s
         capacity = stats.concurrency_capacity(
             tightest if tightest < target_tpot_s else target_tpot_s
         )

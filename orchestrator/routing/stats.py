@@ -74,6 +74,8 @@ class ReplicaStats:
     # requests in flight per TPOT target (wall s): the tightest one binds the whole batch
     in_flight_by_tpot: dict[float, int] = field(default_factory=dict)
     tightest_tpot_s: float = math.inf
+    # the tight target this replica's batch is held to for the tight class (routing/reservation.py)
+    reserved_tpot_s: float = math.inf
 
     def concurrency_capacity(self, target_tpot_s: float) -> float:
         """Sequences it can decode at once within the TPOT target (see the module docstring)."""
@@ -99,8 +101,11 @@ class ReplicaStats:
         return sequences if sequences > 1.0 else 1.0
 
     def binding_tpot_s(self, target_tpot_s: float) -> float:
-        """The TPOT target the replica's batch must meet if it takes a request with this one."""
+        """The TPOT target the replica's batch must meet if it takes a request with this one: the
+        tightest in flight there, or the one the replica is reserved for, if tighter."""
         tightest = self.tightest_tpot_s
+        if self.reserved_tpot_s < tightest:
+            tightest = self.reserved_tpot_s
         return tightest if tightest < target_tpot_s else target_tpot_s
 
     def count_in(self, tpot_s: float) -> None:

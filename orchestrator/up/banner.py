@@ -17,6 +17,7 @@ class Endpoints:
     host: str
     http_port: int
     grpc_port: int
+    metrics_port: int
     control_plane: str
     exporters: tuple[tuple[str, str], ...] = ()
     prometheus: str = ""
@@ -53,7 +54,7 @@ def banner(
             f"  OpenAI API      {base}/v1  (model {config.model})",
             f"  gRPC inference  {endpoints.host}:{endpoints.grpc_port}",
             f"  control plane   {endpoints.control_plane}  (orchestrator status)",
-            f"  metrics         {base}/metrics",
+            f"  metrics         http://127.0.0.1:{endpoints.metrics_port}/metrics",
             f"  Ray session     {session_dir}",
             *(
                 f"  exporter        {url}  (node {node}; orchestrator fault --help)"

@@ -14,6 +14,7 @@ def check_ports_free(config: OrchestratorConfig, host: str) -> None:
     wanted = {
         "router.httpPort": (host, config.router.http_port),
         "router.grpcPort": (host, config.router.grpc_port),
+        "router.metricsPort": ("127.0.0.1", config.router.metrics_port),
         "controlPlane.grpcPort": ("127.0.0.1", config.control_plane.grpc_port),
     }
     if config.control_plane.http_sd_port is not None:

@@ -30,6 +30,7 @@ def running_router(
         "--host", endpoints.host,
         "--port", str(endpoints.http_port),
         "--grpc-port", str(endpoints.grpc_port),
+        "--metrics-port", str(endpoints.metrics_port),  # on loopback (the default host)
         "--profile", config.router.profile,
         "--latency-scale", str(config.router.latency_scale or 1.0),
         *config.router.admission.router_flags(),

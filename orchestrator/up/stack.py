@@ -52,6 +52,7 @@ def run_up(
         host=host,
         http_port=config.router.http_port,
         grpc_port=config.router.grpc_port,
+        metrics_port=config.router.metrics_port,
         control_plane=f"127.0.0.1:{config.control_plane.grpc_port}",
     )
     check_ports_free(config, host)
@@ -204,7 +205,7 @@ async def _running_prometheus(
     try:
         prometheus = await start_prometheus(
             request,
-            router=f"{endpoints.host}:{endpoints.http_port}",
+            router=f"127.0.0.1:{endpoints.metrics_port}",
             control_plane=control_plane,
             fabric=fabric,
             latency_scale=config.router.latency_scale or 1.0,

@@ -32,18 +32,23 @@ class Room:
     same target, so the same room)."""
 
     def __init__(
-        self, capacity: float, others: int = 0, batch_capacity: float | None = None
+        self,
+        capacity: float,
+        others: int = 0,
+        batch_capacity: float | None = None,
+        reserved: float = 0.0,
     ) -> None:
         self.capacity = capacity
         self.others = others
         self.batch_capacity = batch_capacity
+        self.reserved = reserved  # the interactive class's room held on reserved replicas
 
     def __call__(self, model: str, slo_class: str) -> FleetRoom | None:
         if model != MODEL or self.capacity <= 0:
             return None
         if slo_class == BATCH.value and self.batch_capacity is not None:
             return FleetRoom(self.batch_capacity, self.others)
-        return FleetRoom(self.capacity, self.others)
+        return FleetRoom(self.capacity, self.others, self.reserved)
 
 
 def controller(room: Room, **settings: Any) -> AdmissionController:
@@ -268,5 +273,28 @@ def test_batch_with_a_loose_target_fills_the_room_its_target_gives_and_interacti
         for ticket in batch[:4]:
             ticket.release()  # a whole interactive slot back
         await gate.admit(MODEL, INTERACTIVE)
+
+    run(scenario())
+
+
+def test_the_tight_class_gets_its_reserved_room_whatever_batch_runs_and_weighs_one_batch_slot() -> (
+    None
+):
+    """Interactive fits 4 at once fleet-wide, 3 of them on replicas held for it; batch 16.
+    Batch fills its room, yet 3 interactive requests are admitted; each then takes one batch
+    slot (they sit on reserved replicas, which batch's room counts at the tight target)."""
+
+    async def scenario() -> None:
+        gate = controller(Room(4, batch_capacity=16, reserved=3), batch_reserve=0.25, max_queue=0)
+        batch = [await gate.admit(MODEL, BATCH) for _ in range(12)]  # 16 x (1 - 0.25)
+        interactive = [await gate.admit(MODEL, INTERACTIVE) for _ in range(3)]
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, INTERACTIVE)  # past the reservation, batch counts again
+        for ticket in batch[:4]:
+            ticket.release()
+        batch.append(await gate.admit(MODEL, BATCH))  # 11 + 3 interactive < 12 slots
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, BATCH)  # 12 + 3 > 12: refused (batch first)
+        assert len(interactive) == 3
 
     run(scenario())

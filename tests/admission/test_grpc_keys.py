@@ -196,7 +196,7 @@ def test_the_right_key_is_served_unary_and_streaming_and_counted_by_key_id(
     assert router.metric("orchestrator_router_key_requests_total", key_id="bravo",
                          outcome="admitted") == 2  # fmt: skip
     assert router.metric("orchestrator_router_key_output_tokens_total", key_id="bravo") == 14
-    with urllib.request.urlopen(f"{router.http.url}/metrics", timeout=5) as page:
+    with urllib.request.urlopen(f"{router.http.metrics_url}/metrics", timeout=5) as page:
         text = page.read().decode()
     for secret in (ALPHA, BRAVO, DELTA):
         assert secret not in text

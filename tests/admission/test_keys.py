@@ -232,7 +232,7 @@ def test_a_key_over_its_token_budget_gets_429_with_retry_after_and_others_are_un
                              outcome="admitted") == 4  # fmt: skip
         import urllib.request
 
-        with urllib.request.urlopen(f"{router.url}/metrics", timeout=5) as page:
+        with urllib.request.urlopen(f"{router.metrics_url}/metrics", timeout=5) as page:
             text = page.read().decode()
         for secret in (SECRET_A, SECRET_B, SECRET_C):
             assert secret not in text

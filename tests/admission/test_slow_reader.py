@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from replica_server import ReplicaThread, replica
 from router_harness import (
+    METRICS_URLS,
     MODEL,
     ReplicaEntry,
     free_port,
@@ -65,18 +66,20 @@ def router_process(instant: ReplicaThread, tmp_path: Path) -> Iterator[tuple[str
         f'  - {{id: r-0, url: "{instant.url}", pool: p, site: lab, generation: MI355X,'
         " engine: sim}\n"
     )
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router", "--config",
          str(config), "--port", str(port), "--grpc-port", "0", "--admission", "off",
-         "--stream-buffer-bytes", str(BUFFER_CAP)],
+         "--stream-buffer-bytes", str(BUFFER_CAP), "--metrics-port", str(metrics_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_until(lambda: get_status(f"{url}/ready") == 200, 30, 0.05)
+        METRICS_URLS[url] = f"http://127.0.0.1:{metrics_port}"
         yield url, process.pid
     finally:
+        METRICS_URLS.pop(url, None)
         process.terminate()
         process.wait(timeout=15)
 

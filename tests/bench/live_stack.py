@@ -50,7 +50,7 @@ def live_stack(
         router = f"http://127.0.0.1:{port}"
         argv = [
             sys.executable, "-m", "orchestrator", "router", "--config", str(config),
-            "--port", str(port), "--grpc-port", str(grpc_port),
+            "--port", str(port), "--grpc-port", str(grpc_port), "--metrics-port", "0",
             "--latency-scale", str(time_scale),
         ]  # fmt: skip
         stack.enter_context(started(argv, workdir / "router.log", f"{router}/ready"))

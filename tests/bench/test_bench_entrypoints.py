@@ -9,6 +9,8 @@ from orchestrator.bench import (
     process_probes,
     router_overhead,
     slo_goodput,
+    slo_limits,
+    slo_load,
     virtual_speed,
     watched_fleet,
 )
@@ -57,21 +59,30 @@ def test_fleet_scale_reads_the_load_age_p99_from_a_histogram_and_splits_routers_
 
 def test_the_fleets_limit_under_a_tight_tpot_leaves_mi300x_a_small_batch() -> None:
     """The SLO benchmark's targets: MI300X meets 14 ms only at a small batch, MI355X at a large."""
-    mi300x = slo_goodput.replica_limit(Generation.MI300X, 0.014, 128, 16)
-    mi355x = slo_goodput.replica_limit(Generation.MI355X, 0.014, 128, 16)
+    mi300x = slo_limits.replica_limit(Generation.MI300X, 0.014, 128, 16)
+    mi355x = slo_limits.replica_limit(Generation.MI355X, 0.014, 128, 16)
     assert 1 <= mi300x.batch <= 4 < 100 <= mi355x.batch
     assert mi300x.step_s <= 0.014 and mi355x.step_s <= 0.014
-    loose = slo_goodput.replica_limit(Generation.MI300X, 0.080, 128, 16)
+    loose = slo_limits.replica_limit(Generation.MI300X, 0.080, 128, 16)
     assert loose.batch > 50 * mi300x.batch
 
 
 def test_a_refused_or_cut_request_counts_as_a_miss_of_both_targets() -> None:
-    targets = {"interactive": slo_goodput.Targets(1.0, 0.1)}
-    good = slo_goodput.Outcome("interactive", 0.0, 200, 0.5, 1.4, 10, 10)
-    refused = slo_goodput.Outcome("interactive", 0.0, 429, wanted=10)
-    cut = slo_goodput.Outcome("interactive", 0.0, 200, 0.5, 1.0, 5, 10)
-    probe = slo_goodput.Probe(3.0, [good, refused, cut], {}, targets)
+    targets = {"interactive": slo_load.Targets(1.0, 0.1)}
+    good = slo_load.Outcome("interactive", 0.0, 200, 0.5, 1.4, 10, 10)
+    refused = slo_load.Outcome("interactive", 0.0, 429, wanted=10)
+    cut = slo_load.Outcome("interactive", 0.0, 200, 0.5, 1.0, 5, 10)
+    probe = slo_load.Probe(3.0, [good, refused, cut], {}, targets)
     assert probe.attainment("interactive") == pytest.approx(1 / 3)
     assert probe.p99("interactive") == (float("inf"), float("inf"))
     assert not probe.meets()
-    assert slo_goodput.Probe(1.0, [good], {}, targets).meets()
+    assert slo_load.Probe(1.0, [good], {}, targets).meets()
+
+
+def test_the_two_class_limit_holds_the_tight_class_on_the_fewest_fast_replicas_that_fit_it() -> (
+    None
+):
+    tight, loose = [6.56, 6.56, 0.1, 0.1], [15.94, 15.94, 0.31, 0.31]
+    assert slo_limits.two_class_limit(tight, loose, 5.0) == (pytest.approx(6.56 + 15.94 + 0.62), 1)
+    assert slo_limits.two_class_limit(tight, loose, 7.5) == (pytest.approx(13.12 + 0.62), 2)
+    assert slo_limits.two_class_limit(tight, loose, 20.0) == (0.0, 0)

@@ -92,7 +92,7 @@ def write_config(directory: Path) -> Path:
             }
             for g in ("MI355X", "MI300X")
         ],
-        "router": {"httpPort": free_port(), "grpcPort": free_port()},
+        "router": {"httpPort": free_port(), "grpcPort": free_port(), "metricsPort": free_port()},
         "controlPlane": {"grpcPort": free_port()},
         "exporters": {"port": 0},  # free ports; the banner names them
     }

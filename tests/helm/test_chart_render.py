@@ -97,6 +97,11 @@ def test_monitoring_on_renders_monitors_rules_from_the_rules_file_and_dashboards
     (service_monitor,) = rendered.of_kind("ServiceMonitor")
     (pod_monitor,) = rendered.of_kind("PodMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "monitoring"
+    assert service_monitor["spec"]["endpoints"][0]["port"] == "metrics"  # not the API port
+    (service,) = [
+        s for s in rendered.of_kind("Service") if s["metadata"]["name"].endswith("router")
+    ]
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}["metrics"] == "metrics"
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     (rule,) = rendered.of_kind("PrometheusRule")
     source = yaml.safe_load(

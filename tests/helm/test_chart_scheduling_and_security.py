@@ -228,7 +228,8 @@ def test_network_policies_select_only_this_release() -> None:
         "llm-orchestrator-control-plane-health",
     }
     router = next(p for p in policies if p["metadata"]["name"] == "llm-orchestrator-router")
-    assert [port["port"] for port in router["spec"]["ingress"][0]["ports"]] == ["http", "grpc"]
+    ports = [port["port"] for port in router["spec"]["ingress"][0]["ports"]]
+    assert ports == ["http", "grpc", "metrics"]
 
 
 def pod_labels(rendered: Rendered, kind: str, name: str) -> dict[str, str]:

@@ -114,8 +114,8 @@ def live_fleet(
         router = f"http://127.0.0.1:{port}"
         argv = [
             sys.executable, "-m", "orchestrator", "router", "--config", str(config),
-            "--port", str(port), "--profile", profile, "--latency-scale", str(time_scale),
-            *router_args,
+            "--port", str(port), "--metrics-port", "0", "--profile", profile,
+            "--latency-scale", str(time_scale), *router_args,
         ]  # fmt: skip
         stack.enter_context(started(argv, workdir / "router.log", f"{router}/ready"))
         yield router, replicas

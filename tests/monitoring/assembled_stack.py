@@ -16,7 +16,7 @@ from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, Replica
 from orchestrator.exporters.server import start_exporter
 from orchestrator.monitoring.scrape_config import ScrapeTarget
-from orchestrator.monitoring.targets import ExporterEndpoint, address_of, stack_targets
+from orchestrator.monitoring.targets import ExporterEndpoint, stack_targets
 from orchestrator.sim.replica import ReplicaSettings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "live"))
@@ -107,15 +107,15 @@ def assembled_stack(workdir: Path) -> Iterator[AssembledStack]:
                 for r in replicas
             )
         )
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         router_url = f"http://127.0.0.1:{port}"
         argv = [
             sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
             "--config", str(table), "--port", str(port), "--grpc-port", "0",
-            "--latency-scale", str(TIME_SCALE),
+            "--metrics-port", str(metrics_port), "--latency-scale", str(TIME_SCALE),
         ]  # fmt: skip
         stack.enter_context(started(argv, workdir / "router.log", f"{router_url}/ready"))
-        targets = stack_targets(
-            routers=[address_of(router_url)], replicas=replicas, exporters=exporters
+        targets = stack_targets(  # Prometheus scrapes the router's metrics port
+            routers=[f"127.0.0.1:{metrics_port}"], replicas=replicas, exporters=exporters
         )
         yield AssembledStack(router_url, replicas, targets)

@@ -110,8 +110,8 @@ def until(condition: Callable[[], Any], within_s: float, what: str) -> Any:
 def up() -> Iterator[UpStack]:
     directory = Path(tempfile.mkdtemp(prefix="upm-", dir="/tmp"))  # short: Ray's socket paths
     config = yaml.safe_load(default_config_text())
-    http, grpc, control = free_ports(3)
-    config["router"].update(httpPort=http, grpcPort=grpc)
+    http, grpc, control, metrics = free_ports(4)
+    config["router"].update(httpPort=http, grpcPort=grpc, metricsPort=metrics)
     config["controlPlane"]["grpcPort"] = control
     config["exporters"]["port"] = 0  # each exporter binds a free port; the banner says which
     (directory / "orchestrator.yaml").write_text(yaml.safe_dump(config))
@@ -236,8 +236,8 @@ def test_a_taken_prometheus_port_fails_before_ray_starts(tmp_path: Path) -> None
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         config = yaml.safe_load(default_config_text())
-        http, grpc, control = free_ports(3)
-        config["router"].update(httpPort=http, grpcPort=grpc)
+        http, grpc, control, metrics = free_ports(4)
+        config["router"].update(httpPort=http, grpcPort=grpc, metricsPort=metrics)
         config["controlPlane"]["grpcPort"] = control
         config["exporters"]["port"] = 0
         (tmp_path / "orchestrator.yaml").write_text(yaml.safe_dump(config))

@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.frontends.http.app import HttpSettings
-from orchestrator.frontends.http.connection import ConnectionSettings
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
@@ -132,18 +132,23 @@ class RouterServerThread:
         self.server = RouterHttpServer(service, http, connection)
         self._tls = tls
         self.url = ""
+        self.metrics_url = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     def start(self) -> RouterServerThread:
         self._thread.start()
         port = asyncio.run_coroutine_threadsafe(
-            self.server.start(tls=self._tls), self._loop
+            self.server.start(tls=self._tls, metrics=("127.0.0.1", 0)), self._loop
         ).result(30)
-        self.url = f"{'https' if self._tls else 'http'}://127.0.0.1:{port}"
+        scheme = "https" if self._tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{port}"
+        self.metrics_url = f"{scheme}://127.0.0.1:{self.server.metrics_port}"
+        METRICS_URLS[self.url] = self.metrics_url
         return self
 
     def stop(self) -> None:
+        METRICS_URLS.pop(self.url, None)
         asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(90)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
@@ -198,8 +203,13 @@ def running_router(
 # -- reading servers ------------------------------------------------------------------------------
 
 
+METRICS_URLS: dict[str, str] = {}  # a harness router's API URL: its metrics port's URL
+
+
 def metric_value(base_url: str, name: str, **labels: str) -> float:
-    """Sum of the samples called `name` on `base_url/metrics` whose labels include `labels`."""
+    """Sum of the samples called `name` on `base_url/metrics` whose labels include `labels`; a
+    router of this harness is read on its metrics port (its API port serves no `/metrics`)."""
+    base_url = METRICS_URLS.get(base_url, base_url)
     with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as response:
         text = response.read().decode()
     return sum(

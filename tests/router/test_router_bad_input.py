@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,11 +120,17 @@ def test_the_official_client_raises_authentication_error_for_a_wrong_key(
         client.completions.create(model=MODEL, prompt="hi")
 
 
-def test_health_ready_and_metrics_need_no_key(guarded: tuple[RouterThread, list]) -> None:
+def test_health_and_ready_need_no_key_and_metrics_are_on_their_own_port(
+    guarded: tuple[RouterThread, list],
+) -> None:
     router, _ = guarded
     for path in ("/health", "/ready"):
         status, _ = request(router, "GET", path, key=None)
         assert status == 200
+    status, _ = request(router, "GET", "/metrics", key=None)
+    assert status == 404  # key ids, per-key usage and replica ids are not for API clients
+    with urllib.request.urlopen(f"{router.metrics_url}/metrics", timeout=5) as page:
+        assert b"orchestrator_router_requests_total" in page.read()
 
 
 @pytest.mark.parametrize(

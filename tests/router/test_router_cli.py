@@ -98,7 +98,7 @@ def test_a_port_already_taken_exits_2_naming_it(replicas_file: Path) -> None:
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "orchestrator", "router", "--config", str(replicas_file),
-             "--port", str(port)],
+             "--port", str(port), "--metrics-port", "0"],
             capture_output=True, text=True, timeout=STARTUP_S,
         )  # fmt: skip
 
@@ -122,7 +122,7 @@ def two_worker_router(replicas_file: Path) -> Iterator[tuple[subprocess.Popen[st
     process = subprocess.Popen(
         [
             sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
-            "--config", str(replicas_file), "--port", "0", "--workers", "2",
+            "--config", str(replicas_file), "--port", "0", "--workers", "2", "--metrics-port", "0",
         ],
         stderr=subprocess.PIPE,
         text=True,

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.frontends.http.context import PREFIX_CHARS, request_context
-from orchestrator.routing.context import Priority
+from orchestrator.core.slo import SloTarget, SloTargets
+from orchestrator.frontends.http.context import PREFIX_CHARS, request_context, responses_context
+from orchestrator.routing.context import Priority, class_lanes
 
 MODEL = "openai/gpt-oss-120b"
 LONG = "You are a careful assistant for fleet operators. " * 8  # > 256 characters
@@ -109,6 +110,36 @@ def test_priority_comes_from_the_header_or_the_body_and_site_from_the_header() -
     assert from_header.priority is Priority.BATCH and from_header.client_site == "kr"
     assert from_body.priority is Priority.BATCH and from_body.client_site is None
     assert vllm_style.priority is Priority.INTERACTIVE  # vLLM's integer priority is the engine's
+
+
+def test_an_operator_class_is_selectable_and_admitted_in_the_lane_its_ttft_implies() -> None:
+    targets = SloTargets(
+        SloTarget(),
+        {"interactive": SloTarget(1.0, 0.05), "premium": SloTarget(0.5, 0.03),
+         "bulk": SloTarget(60.0, 0.3)},
+    )  # fmt: skip
+    lanes = class_lanes(targets)
+    assert lanes == {
+        "interactive": Priority.INTERACTIVE, "batch": Priority.BATCH,
+        "premium": Priority.INTERACTIVE, "bulk": Priority.BATCH,
+    }  # fmt: skip
+
+    premium = request_context(
+        chat(), {"x-priority": " Premium"}, chat=True, default_model=None, classes=lanes
+    )
+    bulk = responses_context(
+        {"model": MODEL, "input": "x", "priority": "bulk"}, {}, default_model=None, classes=lanes
+    )
+    builtin = request_context(chat(priority="batch"), {}, chat=True, default_model=None)
+    assert (premium.priority, premium.slo_class, premium.target_class) == (
+        Priority.INTERACTIVE, "premium", "premium",
+    )  # fmt: skip
+    assert (bulk.priority, bulk.target_class) == (Priority.BATCH, "bulk")
+    assert (builtin.slo_class, builtin.target_class) == (None, "batch")
+    with pytest.raises(OrchestratorError) as unknown:
+        request_context(chat(priority="gold"), {}, chat=True, default_model=None, classes=lanes)
+    assert unknown.value.param == "priority"
+    assert "`premium`" in unknown.value.message and "'gold'" in unknown.value.message
 
 
 def test_a_missing_model_means_the_fleets_only_model_or_an_error() -> None:

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from http_wire import RawClient
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.http.connection import Connections, ConnectionSettings
+from orchestrator.frontends.http.connections import Connections
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.messages import Answer, Request, StreamAnswer
 from orchestrator.frontends.http.routes import Route, RouteTable
 
@@ -145,10 +146,13 @@ def test_a_stream_that_fails_once_begun_closes_the_connection() -> None:
 
 
 def test_a_keyed_route_refuses_a_bad_head_and_passes_the_identity() -> None:
-    with serving(table) as url, RawClient(url) as client:
-        client.send(get("/keyed", "Authorization: Bearer nope", method="POST", body=b"{}"))
-        refused = client.answer()
-        client.send(get("/keyed", "Authorization: Bearer k", method="POST", body=b"{}"))
-        served = client.answer()
+    with serving(table) as url:
+        with RawClient(url) as client:  # refused from the head: the body is never waited for
+            client.send(get("/keyed", "Authorization: Bearer nope", method="POST", body=b"{}")[:-1])
+            refused = client.answer()
+            assert client.closed_by_peer()
+        with RawClient(url) as client:
+            client.send(get("/keyed", "Authorization: Bearer k", method="POST", body=b"{}"))
+            served = client.answer()
     assert refused.status == 401
     assert json.loads(served.body) == {"who": "k-id", "body": 2}

@@ -26,7 +26,7 @@ from router_harness import (
 
 from orchestrator.core.generations import Generation
 from orchestrator.frontends.http.app import HttpSettings
-from orchestrator.frontends.http.connection import ConnectionSettings
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
 from orchestrator.router_service import RouterService, profile_named
 from orchestrator.sim.replica import ReplicaSettings
@@ -184,16 +184,19 @@ def test_every_route_is_served_on_one_kept_connection(
     routed: tuple[RouterThread, EchoReplica],
 ) -> None:
     router, _ = routed
-    paths = ["/health", "/ready", "/metrics", "/v1/models"]
+    paths = ["/health", "/ready", "/metrics", "/v1/models"]  # /metrics: on its own port
     with RawClient(router.url) as client:
         for path in paths:
             client.send(head("Host: r", line=f"GET {path} HTTP/1.1"))
         answers = [client.answer() for _ in paths]
         client.send(post(completion("streamed", stream=True)))
         streamed = client.answer()
-    assert [a.status for a in answers] == [200, 200, 200, 200]
+    with RawClient(router.metrics_url) as client:
+        client.send(head("Host: r", line="GET /metrics HTTP/1.1"))
+        metrics = client.answer()
+    assert [a.status for a in answers] == [200, 200, 404, 200]
     assert not any("server" in a.headers for a in [*answers, streamed])  # no aiohttp behind
-    assert b"orchestrator_router_requests_total" in answers[2].body
+    assert b"orchestrator_router_requests_total" in metrics.body
     assert streamed.headers["content-type"] == "text/event-stream"
     assert streamed.headers["x-orchestrator-replica"] == "echo-0"
     assert streamed.body.endswith(b"data: [DONE]\n\n")

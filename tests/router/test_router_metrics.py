@@ -7,10 +7,14 @@ from __future__ import annotations
 import urllib.request
 
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from router_harness import MODEL, RouterThread, wait_until
+from replica_server import ReplicaThread
+from router_harness import MODEL, ReplicaEntry, RouterThread, running_router, wait_until
 
+from orchestrator.core.slo import SloTarget, SloTargets
 from orchestrator.monitoring.router_slo import format_router_slo, router_slo
+from orchestrator.router_service import RouterSettings
 
 ALLOWED_LABELS = {
     "site", "pool", "generation", "replica", "code", "frontend", "profile", "kind", "model",
@@ -21,7 +25,7 @@ HISTOGRAM_LABELS = {"le"}
 
 
 def families(router: RouterThread) -> dict[str, list]:
-    with urllib.request.urlopen(f"{router.url}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(f"{router.metrics_url}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {
         family.name: family.samples
@@ -82,9 +86,42 @@ def test_router_metrics_cover_the_traffic_and_use_only_the_fixed_labels(
     assert pair_router.metric(target, model="*", priority="interactive", kind="ttft") == 3.0
     assert pair_router.metric(target, model="*", priority="batch", kind="tpot") == 0.08
     # `orchestrator status --router` reads the same page
-    slo = router_slo(pair_router.url)
+    slo = router_slo(pair_router.metrics_url)
     assert slo.targets[("*", "interactive")] == {"ttft": 3.0, "tpot": 0.08}
     assert sum(p.answered for p in slo.pools) == 3
     assert all(p.attainment == 1.0 for p in slo.pools)
     shown = format_router_slo(slo)
     assert "interactive" in shown and "100.0% of" in shown
+
+
+def test_a_request_names_an_operator_class_and_is_judged_and_counted_against_its_targets(
+    instant_pair: tuple[ReplicaThread, ReplicaThread],
+) -> None:
+    fast, slow = instant_pair
+    classes = {"premium": SloTarget(0.5, 0.03), "bulk": SloTarget(60.0, 0.3)}
+    entries = [
+        ReplicaEntry("mi355x-0", fast.url, "MI355X"),
+        ReplicaEntry("mi300x-0", slow.url, "MI300X"),
+    ]
+    settings = RouterSettings(slo=SloTargets(classes=classes))
+    with running_router(entries, settings=settings) as router:
+        client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+        client.completions.create(
+            model=MODEL, prompt="Hi", max_tokens=4, extra_headers={"X-Priority": "premium"}
+        )
+        client.completions.create(
+            model=MODEL, prompt="Hi", max_tokens=4, extra_body={"priority": "bulk"}
+        )
+        with pytest.raises(openai.BadRequestError) as unknown:
+            client.completions.create(
+                model=MODEL, prompt="Hi", max_tokens=4, extra_headers={"X-Priority": "gold"}
+            )
+        answered = "orchestrator_router_slo_requests_total"
+        assert router.metric(answered, priority="premium") == 1
+        assert router.metric(answered, priority="bulk") == 1
+        assert router.metric(answered, priority="interactive") == 0
+        target = "orchestrator_router_slo_target_seconds"
+        assert router.metric(target, model="*", priority="premium", kind="tpot") == 0.03
+    error = unknown.value.body
+    assert isinstance(error, dict) and error["param"] == "x-priority"
+    assert "`premium`" in error["message"] and "`bulk`" in error["message"]

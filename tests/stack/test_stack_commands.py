@@ -61,12 +61,12 @@ def test_up_with_a_bad_config_names_the_field_exits_2_and_starts_no_ray(tmp_path
 
 
 def test_up_with_a_taken_port_names_it_exits_2_and_starts_no_ray(tmp_path: Path) -> None:
-    http_port, grpc_port = free_ports(2)
+    http_port, grpc_port, metrics_port = free_ports(3)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         config = yaml.safe_load(default_config_text())
-        config["router"].update(httpPort=http_port, grpcPort=grpc_port)
+        config["router"].update(httpPort=http_port, grpcPort=grpc_port, metricsPort=metrics_port)
         config["controlPlane"]["grpcPort"] = taken.getsockname()[1]
         path = tmp_path / "taken.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -99,10 +99,10 @@ def taken_after_a_free_port() -> Iterator[int]:
 def test_up_with_a_fixed_exporter_port_checks_every_nodes_port(tmp_path: Path) -> None:
     """Node k's exporter takes exporters.port + k: the second node's port being taken is refused
     up front, before Ray starts, naming it."""
-    http_port, grpc_port, control_port = free_ports(3)
+    http_port, grpc_port, control_port, metrics_port = free_ports(4)
     with taken_after_a_free_port() as second:
         config = yaml.safe_load(default_config_text())  # two nodes: kr/MI300X, us/MI355X
-        config["router"].update(httpPort=http_port, grpcPort=grpc_port)
+        config["router"].update(httpPort=http_port, grpcPort=grpc_port, metricsPort=metrics_port)
         config["controlPlane"]["grpcPort"] = control_port
         config["exporters"]["port"] = second - 1
         path = tmp_path / "taken.yaml"

@@ -59,8 +59,8 @@ def workdir() -> Iterator[Path]:
     """A short directory (Ray's socket paths are length-limited) with a config on free ports."""
     directory = Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))
     config = yaml.safe_load(default_config_text())
-    http, grpc, control = free_ports(3)
-    config["router"].update(httpPort=http, grpcPort=grpc)
+    http, grpc, control, metrics = free_ports(4)
+    config["router"].update(httpPort=http, grpcPort=grpc, metricsPort=metrics)
     config["controlPlane"]["grpcPort"] = control
     config["exporters"]["port"] = 0  # free ports, whatever the node count
     (directory / "orchestrator.yaml").write_text(yaml.safe_dump(config))
@@ -121,7 +121,7 @@ def test_router_workers_follow_a_control_plane_process_and_serve_its_replicas(
     )
     router = start(
         ["router", "--control-plane", control_plane_address, "--port", str(http_port),
-         "--grpc-port", "0", "--latency-scale", "10", "--workers", "2"],
+         "--grpc-port", "0", "--metrics-port", "0", "--latency-scale", "10", "--workers", "2"],
         workdir,
     )  # fmt: skip
     try:

@@ -73,8 +73,8 @@ def free_ports(count: int) -> list[int]:
 def write_config(directory: Path) -> Path:
     """The built-in config (same pools) on free ports."""
     config = yaml.safe_load(default_config_text())
-    http, grpc, control = free_ports(3)
-    config["router"].update(httpPort=http, grpcPort=grpc)
+    http, grpc, control, metrics = free_ports(4)
+    config["router"].update(httpPort=http, grpcPort=grpc, metricsPort=metrics)
     config["controlPlane"]["grpcPort"] = control
     config["exporters"]["port"] = 0  # free ports, whatever the node count
     path = directory / "orchestrator.yaml"

@@ -31,8 +31,8 @@ def small_config(directory: Path) -> Path:
     """The built-in config on free ports, with one kr replica and none in us (its node still
     starts, so every kind of Ray process is there)."""
     config = yaml.safe_load(default_config_text())
-    http, grpc, control = free_ports(3)
-    config["router"].update(httpPort=http, grpcPort=grpc)
+    http, grpc, control, metrics = free_ports(4)
+    config["router"].update(httpPort=http, grpcPort=grpc, metricsPort=metrics)
     config["controlPlane"]["grpcPort"] = control
     config["exporters"]["port"] = 0  # free ports, whatever the node count
     config["pools"][0]["replicas"] = 1

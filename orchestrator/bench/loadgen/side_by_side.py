@@ -81,7 +81,8 @@ def router_argv(
         )
         return [
             sys.executable, "-m", "orchestrator", "router", "--config", str(config),
-            "--host", "127.0.0.1", "--port", str(port), "--latency-scale", str(time_scale),
+            "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0",
+            "--latency-scale", str(time_scale),
         ]  # fmt: skip
     policy = name.split()[-1]
     return [

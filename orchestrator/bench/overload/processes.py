@@ -79,6 +79,7 @@ def running_router(
         port = free_port()
         argv = orchestrator_argv(
             "router", "--config", str(config), "--port", str(port), "--grpc-port", "0",
+            "--metrics-port", "0",
             "--latency-scale", str(fleet.time_scale), "--admission", "on" if admission else "off",
             *extra,
         )  # fmt: skip

@@ -12,6 +12,7 @@ gets a status code, as Generate's does.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
@@ -19,7 +20,7 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.event_stream import RESPONSES_PATH
 from orchestrator.frontends.grpc.translate import MAX_EVENT_BYTES, PRIORITIES, UpstreamRequest
 from orchestrator.frontends.http.context import responses_context
-from orchestrator.routing.context import Priority
+from orchestrator.routing.context import BUILTIN_LANES, Priority
 
 TERMINAL_TYPES: Final = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
@@ -36,9 +37,11 @@ def responses_upstream(
     *,
     default_model: str | None,
     default_priority: Priority = Priority.INTERACTIVE,
+    classes: Mapping[str, Priority] = BUILTIN_LANES,
 ) -> UpstreamRequest:
     """Validate and translate; raises INVALID_ARGUMENT naming the first bad field. An
-    unspecified proto priority leaves the body's `priority`, else `default_priority`."""
+    unspecified proto priority leaves the body's `priority` (any of `classes`), else
+    `default_priority`."""
     try:
         body = json.loads(request.request_json, parse_constant=_no_constant)
     except (ValueError, RecursionError) as error:
@@ -52,7 +55,7 @@ def responses_upstream(
     body["stream"] = True
     headers = {"x-client-site": request.client_site} if request.client_site else {}
     context = responses_context(
-        body, headers, default_model=default_model, default_priority=priority
+        body, headers, default_model=default_model, default_priority=priority, classes=classes
     )
     # ASCII escapes keep a lone surrogate (`\ud800`, valid JSON) as the client wrote it.
     encoded = json.dumps(body, separators=(",", ":"), allow_nan=False)

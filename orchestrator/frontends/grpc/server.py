@@ -25,7 +25,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.grpc.servicer import SERVICE_NAME, RouterServicer, add_router_servicer
+from orchestrator.frontends.grpc.auth import KeyInterceptor
+from orchestrator.frontends.grpc.servicer import (
+    SERVICE_NAME,
+    WRITE_STALL_S,
+    RouterServicer,
+    add_router_servicer,
+)
 from orchestrator.router_service import RouterService
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.grpc_tls import server_credentials
@@ -40,14 +46,21 @@ NOT_SERVING: Final = health_pb2.HealthCheckResponse.NOT_SERVING
 @dataclass(frozen=True, slots=True)
 class GrpcSettings:
     """`grace_s`: how long in-flight calls may run on after `stop()`. `health_interval_s`: how
-    often health re-reads readiness. `max_message_bytes` caps a request (as the HTTP body cap)."""
+    often health re-reads readiness. `max_message_bytes` caps a request (as the HTTP body cap).
+    `write_stall_s`: a stream whose client takes no message for this long is cut. A connection
+    must finish its handshake within `handshake_s` and is closed after `idle_s` without calls
+    (the HTTP port's idle bound)."""
 
     grace_s: float = 30.0
     health_interval_s: float = 0.5
     max_message_bytes: int = 8 * 1024 * 1024
+    write_stall_s: float = WRITE_STALL_S
+    handshake_s: float = 10.0
+    idle_s: float = 75.0
 
     def __post_init__(self) -> None:
-        for name in ("grace_s", "health_interval_s", "max_message_bytes"):
+        for name in ("grace_s", "health_interval_s", "max_message_bytes", "write_stall_s",
+                     "handshake_s", "idle_s"):  # fmt: skip
             value = getattr(self, name)
             if not value > 0:
                 raise OrchestratorError(
@@ -73,13 +86,23 @@ class GrpcServer:
         self._credentials = None if tls is None else server_credentials(tls)
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", self.settings.max_message_bytes),
-                ("grpc.so_reuseport", 1),  # router workers share the port, as they do for HTTP
-            ]
+        servicer = RouterServicer(service, self.settings.write_stall_s)
+        keys = KeyInterceptor(
+            lambda: service.api_keys,
+            f"/{SERVICE_NAME}/",
+            lambda: servicer.count(grpc.StatusCode.UNAUTHENTICATED),
         )
-        add_router_servicer(RouterServicer(service), self.server)
+        settings = self.settings
+        self.server = grpc.aio.server(
+            interceptors=(keys,),
+            options=[
+                ("grpc.max_receive_message_length", settings.max_message_bytes),
+                ("grpc.so_reuseport", 1),  # router workers share the port, as they do for HTTP
+                ("grpc.server_handshake_timeout_ms", int(settings.handshake_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(settings.idle_s * 1000)),
+            ],
+        )
+        add_router_servicer(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server

@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Final, TypeAlias, TypeVar
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Final, TypeAlias, TypeVar
 
 import grpc
 
@@ -32,7 +32,7 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import Replica
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.stored_responses import check_response_id
-from orchestrator.frontends.grpc.auth import caller_key
+from orchestrator.frontends.grpc.auth import CALLER
 from orchestrator.frontends.grpc.errors import error_from_reply, grpc_status
 from orchestrator.frontends.grpc.responses import ResponseEventStream, responses_upstream
 from orchestrator.frontends.grpc.translate import ResponseStream, to_upstream
@@ -44,6 +44,7 @@ FRONTEND: Final = "grpc"
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["RouterService"].full_name
 OWNED_BY: Final = "orchestrator"
 RETRY_AFTER_KEY: Final = "retry-after"
+WRITE_STALL_S: Final = 30.0  # a stream whose client takes no message for this long is cut
 
 GenerateContext: TypeAlias = grpc.aio.ServicerContext[pb.GenerateRequest, pb.GenerateResponse]
 ListModelsContext: TypeAlias = grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse]
@@ -51,35 +52,31 @@ CreateResponseContext: TypeAlias = grpc.aio.ServicerContext[
     pb.CreateResponseRequest, pb.ResponseEvent
 ]
 GetResponseContext: TypeAlias = grpc.aio.ServicerContext[pb.GetResponseRequest, pb.StoredResponse]
-StreamContext: TypeAlias = GenerateContext | CreateResponseContext
+StreamContext: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 MessageT = TypeVar("MessageT")
 
 
 class RouterServicer(pb_grpc.RouterServiceServicer):
     """The RPC handlers; holds no state of its own beyond per-code request counters."""
 
-    def __init__(self, service: RouterService) -> None:
+    def __init__(self, service: RouterService, write_stall_s: float = WRITE_STALL_S) -> None:
         self._service = service
+        self._write_stall_s = write_stall_s
         self._counters: dict[str, Callable[[], None]] = {}
 
-    async def Generate(
-        self, request: pb.GenerateRequest, context: GenerateContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        async for message in self._streamed("Generate", self._generate(request, context), context):
-            yield message
+    async def Generate(self, request: pb.GenerateRequest, context: GenerateContext) -> None:
+        await self._streamed("Generate", self._generate(request, context), context)
 
     async def CreateResponse(
         self, request: pb.CreateResponseRequest, context: CreateResponseContext
-    ) -> AsyncIterator[pb.ResponseEvent]:
-        events = self._create_response(request, context)
-        async for event in self._streamed("CreateResponse", events, context):
-            yield event
+    ) -> None:
+        await self._streamed("CreateResponse", self._create_response(request, context), context)
 
     async def GetResponse(
         self, request: pb.GetResponseRequest, context: GetResponseContext
     ) -> pb.StoredResponse:
         try:
-            key = caller_key(self._service.api_keys, context.invocation_metadata())
+            key = CALLER.get()
             if not request.id:
                 raise OrchestratorError(
                     ErrorCode.INVALID_ARGUMENT, "id: required (a response id)", param="id"
@@ -92,26 +89,33 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             code, details = grpc_status(error)
             if isinstance(error, Refused):
                 context.set_trailing_metadata(((RETRY_AFTER_KEY, error.retry_after_header),))
-            self._count(code)
+            self.count(code)
             await context.abort(code, details)
         except Exception:
             log.exception("unhandled error serving GetResponse")
-            self._count(grpc.StatusCode.INTERNAL)
+            self.count(grpc.StatusCode.INTERNAL)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-        self._count(grpc.StatusCode.OK)
+        self.count(grpc.StatusCode.OK)
         return pb.StoredResponse(
             response_json=reply.body.decode(errors="replace"), replica=_info(reply.replica)
         )
 
     async def _streamed(
         self, name: str, messages: AsyncGenerator[MessageT, None], context: StreamContext
-    ) -> AsyncIterator[MessageT]:
-        """Relay `messages`, turning errors into status codes, and count the call once."""
+    ) -> None:
+        """Write `messages`, turning errors into status codes, and count the call once. A client
+        that takes none of a message for `write_stall_s` is cut: its upstream request is
+        closed (the replica aborts it, its admission slot is freed) and it gets
+        RESOURCE_EXHAUSTED, as an HTTP stream whose client falls behind is cut."""
         code = grpc.StatusCode.OK
         try:
             async with contextlib.aclosing(messages):
                 async for message in messages:
-                    yield message
+                    try:
+                        async with asyncio.timeout(self._write_stall_s):
+                            await context.write(message)
+                    except TimeoutError:
+                        raise self._cut() from None
         except OrchestratorError as error:
             code, details = grpc_status(error)
             if isinstance(error, Refused):
@@ -127,18 +131,25 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             code = grpc.StatusCode.INTERNAL
             await context.abort(code, "internal error")
         finally:
-            self._count(code)
+            self.count(code)
+
+    def _cut(self) -> OrchestratorError:
+        self._service.admission_metrics.streams_cut.labels(FRONTEND).inc()
+        log.info("cut a gRPC stream: the client reads too slowly")
+        return OrchestratorError(
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"the stream was cut: the client read nothing for {self._write_stall_s:g} s",
+        )
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: ListModelsContext
     ) -> pb.ListModelsResponse:
         try:
-            caller_key(self._service.api_keys, context.invocation_metadata())
-        except OrchestratorError as error:
-            code, details = grpc_status(error)
-            self._count(code)
-            await context.abort(code, details)
-        self._count(grpc.StatusCode.OK)
+            CALLER.get()
+        except LookupError:  # the key interceptor did not run: refuse, never serve
+            self.count(grpc.StatusCode.INTERNAL)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        self.count(grpc.StatusCode.OK)
         return pb.ListModelsResponse(
             models=[pb.Model(id=model, owned_by=OWNED_BY) for model in self._service.models()]
         )
@@ -147,7 +158,7 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         self, request: pb.GenerateRequest, context: GenerateContext
     ) -> AsyncGenerator[pb.GenerateResponse, None]:
         service = self._service
-        key = caller_key(service.api_keys, context.invocation_metadata())
+        key = CALLER.get()
         upstream = to_upstream(request)
         ctx = upstream.context
         default_priority = service.settings.admission.default_priority
@@ -175,12 +186,13 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
         self, request: pb.CreateResponseRequest, context: CreateResponseContext
     ) -> AsyncGenerator[pb.ResponseEvent, None]:
         service = self._service
-        key = caller_key(service.api_keys, context.invocation_metadata())
+        key = CALLER.get()
         models = service.models()
         upstream = responses_upstream(
             request,
             default_model=models[0] if len(models) == 1 else None,
             default_priority=service.settings.admission.default_priority,
+            classes=service.class_lanes,
         )
         reply = await service.dispatch(
             upstream.context,
@@ -212,7 +224,7 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             deadline_s = min(deadline_s, self._service.clock.now() + remaining_s)
         return deadline_s
 
-    def _count(self, code: grpc.StatusCode) -> None:
+    def count(self, code: grpc.StatusCode) -> None:
         counter = self._counters.get(code.name)
         if counter is None:
             child = self._service.metrics.requests.labels(FRONTEND, code.name)

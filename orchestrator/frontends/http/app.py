@@ -6,8 +6,9 @@ and no [DONE] for Responses), `GET /v1/responses/{id}` and `POST /v1/responses/{
 the replica that holds the response, `forwarding/stored_responses.py`), `POST /tokenize` and
 `POST /detokenize` (to any routable replica of the model), `GET /v1/models` (the routing table's
 models with the context length their replicas report), `GET /health`
-(the process is up), `GET /ready` (200 only while some replica is routable, else 503),
-`GET /metrics`. Every error is an OpenAI-style JSON body with the status of its canonical code
+(the process is up), `GET /ready` (200 only while some replica is routable, else 503); `GET
+/metrics` is served on a port of its own (`metrics_routes`). Every error is an OpenAI-style
+JSON body with the status of its canonical code
 (`messages.error_answer`); no traceback ever reaches a client; a 429 (a key's limit or the
 fleet's capacity, `admission/`) carries `Retry-After`. The API key is checked from the head,
 before the body is read. The connection (`connection.py`) frames answers, cancels the upstream
@@ -188,6 +189,7 @@ class OpenAiFrontend:
                 headers,
                 default_model=self._default_model,
                 default_priority=service.settings.admission.default_priority,
+                classes=service.class_lanes,
             )
         else:
             ctx = request_context(
@@ -196,6 +198,7 @@ class OpenAiFrontend:
                 chat=path == CHAT_PATH,
                 default_model=self._default_model,
                 default_priority=service.settings.admission.default_priority,
+                classes=service.class_lanes,
             )
         return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
 
@@ -337,5 +340,14 @@ def build_routes(frontend: OpenAiFrontend) -> RouteTable:
     routes.add(Route("GET", "/v1/models", frontend.models, keyed=True))
     routes.add(Route("GET", "/health", frontend.health))
     routes.add(Route("GET", "/ready", frontend.ready))
+    return routes
+
+
+def metrics_routes(frontend: OpenAiFrontend) -> RouteTable:
+    """The metrics port's routes: `/metrics` for Prometheus, `/health` for its probes. Kept off
+    the API port, where anyone who may send requests could read key ids, per-key usage and
+    replica ids."""
+    routes = RouteTable()
     routes.add(Route("GET", "/metrics", frontend.metrics))
+    routes.add(Route("GET", "/health", frontend.health))
     return routes

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.stored_responses import check_response_id
-from orchestrator.routing.context import Priority, RequestContext
+from orchestrator.routing.context import BUILTIN_LANES, Priority, RequestContext
 
 BYTES_PER_TOKEN: Final = 4
 CHAT_TOKENS_PER_MESSAGE: Final = 4
@@ -29,7 +29,6 @@ PREFIX_CHARS: Final = 256
 PREFIX_TOKEN_IDS: Final = PREFIX_CHARS // BYTES_PER_TOKEN
 PRIORITY_HEADER: Final = "x-priority"
 CLIENT_SITE_HEADER: Final = "x-client-site"
-_PRIORITIES: Final = {p.value: p for p in Priority}
 
 
 def _invalid(param: str, message: str) -> OrchestratorError:
@@ -129,8 +128,15 @@ def _optional_int(body: Mapping[str, Any], name: str) -> int | None:
     return value if value > 0 else None
 
 
-def _priority(body: Mapping[str, Any], headers: Mapping[str, str], default: Priority) -> Priority:
-    """From the `x-priority` header, else the body's `priority` when it names one, else `default`.
+def _priority(
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    default: Priority,
+    classes: Mapping[str, Priority],
+) -> tuple[Priority, str | None]:
+    """(admission lane, named class or None for a built-in one) from the `x-priority` header,
+    else the body's `priority` when it names a class, else `default`. `classes` maps every
+    class a request may name (built-in and the operator's) to its lane.
 
     An integer body `priority` is vLLM's scheduling priority: the replica's, not routing's.
     """
@@ -140,13 +146,19 @@ def _priority(body: Mapping[str, Any], headers: Mapping[str, str], default: Prio
         raw = body.get("priority")
         param = "priority"
         if raw is None or (isinstance(raw, int) and not isinstance(raw, bool)):
-            return default
+            return default, None
         if not isinstance(raw, str):
-            raise _invalid(param, "`priority` must be `interactive`, `batch` or an integer")
-    found = _PRIORITIES.get(raw.strip().lower())
-    if found is None:
-        raise _invalid(param, f"`{param}` must be `interactive` or `batch`, got {raw[:40]!r}")
-    return found
+            known = _known(classes)
+            raise _invalid(param, f"`priority` must be a class name ({known}) or an integer")
+    name = raw.strip().lower()
+    lane = classes.get(name)
+    if lane is None:
+        raise _invalid(param, f"`{param}` must name a class: {_known(classes)}; got {raw[:40]!r}")
+    return lane, None if name in BUILTIN_LANES else name
+
+
+def _known(classes: Mapping[str, Priority]) -> str:
+    return ", ".join(f"`{name}`" for name in classes)
 
 
 def responses_prompt(input_: object, instructions: object) -> tuple[int, int | None]:
@@ -202,12 +214,14 @@ def responses_context(
     *,
     default_model: str | None,
     default_priority: Priority = Priority.INTERACTIVE,
+    classes: Mapping[str, Priority] = BUILTIN_LANES,
 ) -> RequestContext:
     """The routing view of a parsed `POST /v1/responses` body; as `request_context`, plus the
     stored response it continues (`previous_response_id`), whose holder must answer it."""
     if not isinstance(body, dict):
         raise _invalid("body", "the request body must be a JSON object")
     prompt_tokens, prefix = responses_prompt(body.get("input"), body.get("instructions"))
+    priority, slo_class = _priority(body, headers, default_priority, classes)
     previous = body.get("previous_response_id")
     if previous is not None:
         previous = check_response_id(previous, "previous_response_id")
@@ -217,7 +231,8 @@ def responses_context(
         max_tokens=_optional_int(body, "max_output_tokens"),
         stream=_stream(body),
         prefix_hash=prefix,
-        priority=_priority(body, headers, default_priority),
+        priority=priority,
+        slo_class=slo_class,
         client_site=_client_site(headers),
         stored_response_id=previous,
         background=_stream(body, "background"),
@@ -231,12 +246,14 @@ def request_context(
     chat: bool,
     default_model: str | None,
     default_priority: Priority = Priority.INTERACTIVE,
+    classes: Mapping[str, Priority] = BUILTIN_LANES,
 ) -> RequestContext:
     """The routing view of a parsed chat or text completion body.
 
     `default_model` stands in when the body names none (the fleet serves one model); with no
     default, a missing model is an error. `default_priority` is the class of a request that
-    names none. Raises INVALID_ARGUMENT naming the field.
+    names none; `classes` the classes a request may name, with their admission lanes.
+    Raises INVALID_ARGUMENT naming the field.
     """
     if not isinstance(body, dict):
         raise _invalid("body", "the request body must be a JSON object")
@@ -249,12 +266,14 @@ def request_context(
         max_tokens = max_tokens if completion_limit is None else completion_limit
     else:
         prompt_tokens, prefix = completion_prompt(body.get("prompt"))
+    priority, slo_class = _priority(body, headers, default_priority, classes)
     return RequestContext(
         model=model,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         stream=stream,
         prefix_hash=prefix,
-        priority=_priority(body, headers, default_priority),
+        priority=priority,
+        slo_class=slo_class,
         client_site=_client_site(headers),
     )

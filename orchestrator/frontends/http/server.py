@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import multiprocessing
@@ -23,13 +24,20 @@ import ssl
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.http.app import HttpSettings, OpenAiFrontend, build_routes
-from orchestrator.frontends.http.connection import Connections, ConnectionSettings
+from orchestrator.frontends.http.app import (
+    HttpSettings,
+    OpenAiFrontend,
+    build_routes,
+    metrics_routes,
+)
+from orchestrator.frontends.http.connections import Connections
+from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.router_service import RouterService
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import ReloadingServerContext
@@ -51,12 +59,15 @@ fills from the control plane); must pickle, as `Companion`."""
 @dataclass(frozen=True, slots=True)
 class Listen:
     """Where to serve: address, port (0 picks a free one), worker processes, and the TLS files
-    (None: plaintext HTTP; with a client CA, clients must present a certificate it signed)."""
+    (None: plaintext HTTP; with a client CA, clients must present a certificate it signed).
+    `/metrics` is served on `metrics_host:metrics_port` (None: not at all), never the API port."""
 
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1
     tls: TlsFiles | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
 
     @property
     def scheme(self) -> str:
@@ -87,22 +98,17 @@ class RouterHttpServer:
         self.service = service
         self.frontend = OpenAiFrontend(service, settings)
         service.use_api_keys(settings.api_keys)  # the gRPC front end checks the same keys
-        limits = connection or ConnectionSettings()
-        limits = ConnectionSettings(
+        limits = dataclasses.replace(
+            connection or ConnectionSettings(),
             max_body_bytes=settings.max_body_bytes,
             stream_buffer_bytes=settings.stream_buffer_bytes,
-            idle_s=limits.idle_s,
-            head_timeout_s=limits.head_timeout_s,
-            body_timeout_s=limits.body_timeout_s,
-            max_fields=limits.max_fields,
-            max_field_bytes=limits.max_field_bytes,
-            max_head_bytes=limits.max_head_bytes,
-            cut_grace_s=limits.cut_grace_s,
-            shutdown_grace_s=limits.shutdown_grace_s,
         )
         self.connections = Connections(build_routes(self.frontend), limits, self.frontend.count)
+        self.metrics_connections = Connections(metrics_routes(self.frontend), limits)
         self._server: asyncio.Server | None = None
+        self._metrics_server: asyncio.Server | None = None
         self.port = 0
+        self.metrics_port = 0
 
     async def start(
         self,
@@ -112,39 +118,66 @@ class RouterHttpServer:
         tls: ssl.SSLContext | None = None,
         reuse_port: bool = False,
         backlog: int = BACKLOG,
+        metrics: tuple[str, int] | None = None,
     ) -> int:
-        """Start the service, then listen; returns the bound port. A port that cannot be bound
+        """Start the service, then listen (and serve `/metrics` on `metrics`, host and port, if
+        given: see `.metrics_port`); returns the bound API port. A port that cannot be bound
         raises `OrchestratorError` (after the service is stopped again)."""
         await self.service.start()
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                self.connections,
-                host,
-                port,
-                ssl=tls,
-                backlog=backlog,
-                reuse_port=reuse_port or None,
-            )
-        except OSError as error:
+            listen = partial(_listen, loop, tls=tls, backlog=backlog, reuse_port=reuse_port)
+            self._server = await listen(self.connections, host, port, "port")
+            if metrics is not None:
+                self._metrics_server = await listen(self.metrics_connections, *metrics,
+                                                    "metrics_port")  # fmt: skip
+        except OrchestratorError:
+            if self._server is not None:
+                self._server.close()
             await self.service.stop()
-            raise OrchestratorError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"cannot listen on {host}:{port}: {error.strerror or error}",
-                param="port",
-            ) from None
+            raise
         self.connections.start()
         self.port = self._server.sockets[0].getsockname()[1]
+        if self._metrics_server is not None:
+            self.metrics_connections.start()
+            self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
         return self.port
 
     async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-            await self.connections.stop()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), timeout=5)
+        for server, connections in (
+            (self._metrics_server, self.metrics_connections),
+            (self._server, self.connections),
+        ):
+            if server is not None:
+                server.close()
+                await connections.stop()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(server.wait_closed(), timeout=5)
+        self._server = self._metrics_server = None
         await self.service.stop()
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop,
+    connections: Connections,
+    host: str,
+    port: int,
+    param: str,
+    *,
+    tls: ssl.SSLContext | None,
+    backlog: int,
+    reuse_port: bool,
+) -> asyncio.Server:
+    try:
+        return await loop.create_server(
+            connections, host, port, ssl=tls, backlog=backlog, reuse_port=reuse_port or None
+        )
+    except OSError as error:
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"cannot listen on {host}:{port}: {error.strerror or error}",
+            param=param,
+        ) from None
 
 
 async def serve_until_stopped(
@@ -157,15 +190,17 @@ async def serve_until_stopped(
     on_listening: Callable[[int], None] | None = None,
     companions: Sequence[Companion] = (),
     tls: TlsFiles | None = None,
+    metrics: tuple[str, int] | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM (or cancellation), then stop cleanly.
 
     Call from the main thread (signal handlers); `on_listening` gets the bound port. `tls`
-    serves HTTPS (bad files raise `OrchestratorError` before anything listens).
+    serves HTTPS (bad files raise `OrchestratorError` before anything listens); `metrics`
+    (host, port) serves `/metrics`.
     """
     context = None if tls is None else ReloadingServerContext(tls).context
     server = RouterHttpServer(service, http)
-    bound = await server.start(host, port, tls=context, reuse_port=reuse_port)
+    bound = await server.start(host, port, tls=context, reuse_port=reuse_port, metrics=metrics)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for companion in companions:
@@ -184,9 +219,16 @@ async def serve_until_stopped(
 def _announce(listen: Listen) -> Callable[[int], None]:
     def announce(port: int) -> None:
         plural = "s" if listen.workers > 1 else ""
+        metrics = (
+            ""
+            if listen.metrics_port is None
+            else (
+                f"; metrics on {listen.scheme}://{listen.metrics_host}:{listen.metrics_port}/metrics"
+            )
+        )
         print(
             f"orchestrator router on {listen.scheme}://{listen.host}:{port} "
-            f"({listen.workers} worker{plural})",
+            f"({listen.workers} worker{plural}){metrics}",
             file=sys.stderr,
             flush=True,
         )
@@ -232,6 +274,9 @@ def run_worker(
             on_listening=listening,
             companions=companions,
             tls=listen.tls,
+            metrics=None
+            if listen.metrics_port is None
+            else (listen.metrics_host, listen.metrics_port),
         )
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -263,8 +308,12 @@ def serve(
             companions=companions,
         )
         return 0
-    with _reserved_port(listen.host, listen.port) as port:
-        shared = Listen(listen.host, port, listen.workers, listen.tls)
+    with (
+        _reserved_port(listen.host, listen.port) as port,
+        _reserved_port(listen.metrics_host, listen.metrics_port) as metrics_port,
+    ):
+        assert port is not None
+        shared = dataclasses.replace(listen, port=port, metrics_port=metrics_port)
         context = multiprocessing.get_context("spawn")
         workers = [
             context.Process(
@@ -277,12 +326,12 @@ def serve(
         ]
         for worker in workers:
             worker.start()
-        _announce(listen)(port)
+        _announce(shared)(port)
         return _supervise(workers)
 
 
 @contextlib.contextmanager
-def _reserved_port(host: str, port: int) -> Iterator[int]:
+def _reserved_port(host: str, port: int | None) -> Iterator[int | None]:
     if port != 0:
         yield port
         return

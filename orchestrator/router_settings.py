@@ -1,0 +1,86 @@
+"""A router's settings: its latency targets and limits (`RouterSettings`), what its command line
+gives it (`RouterConfig`), and the built-in profile a name stands for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.slo import MLPERF_TPOT_S, SloTargets
+from orchestrator.forwarding.breaker import BreakerSettings
+from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S
+from orchestrator.forwarding.upstream import UpstreamSettings
+from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S
+from orchestrator.routing.profile import Profile
+from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
+
+REQUEST_DEADLINE_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    """Targets and limits of one router.
+
+    `slo` holds the latency targets per model and request class, in seconds on real hardware
+    (MLPerf's 3 s TTFT and 80 ms TPOT unless the operator states others). `latency_scale` says
+    only that the replicas are simulated and run that many times slower (their `timeScale`):
+    every time the router compares against (targets, deadline, queue timeout) is stretched by it.
+    `load_stale_after_s` bounds the age of a load report from the control plane: older, the
+    replica's load is unknown (the file-fed scraper sets its own bound from its round length).
+    """
+
+    latency_scale: float = 1.0
+    slo: SloTargets = field(default_factory=SloTargets)
+    request_deadline_s: float = REQUEST_DEADLINE_S
+    connect_timeout_s: float = 2.0
+    scrape_interval_s: float = DEFAULT_INTERVAL_S
+    load_stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("latency_scale", "request_deadline_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise OrchestratorError(
+                    ErrorCode.INVALID_ARGUMENT, f"{name} must be > 0, got {value}", param=name
+                )
+
+    @property
+    def wall_slo(self) -> SloTargets:
+        """The targets in wall seconds (stretched by the latency scale)."""
+        return self.slo.scaled(self.latency_scale)
+
+    @property
+    def reference_tpot_s(self) -> float:
+        """The TPOT target (wall s) the replicas' capacity priors are stated at: MLPerf's."""
+        return MLPERF_TPOT_S * self.latency_scale
+
+    @property
+    def scaled_deadline_s(self) -> float:
+        return self.request_deadline_s * self.latency_scale
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """What the command line gives a router: where the replicas are and how to route to them."""
+
+    replicas_file: Path
+    profile: str = DEFAULT_PROFILE
+    settings: RouterSettings = field(default_factory=RouterSettings)
+
+
+def profile_named(name: str) -> Profile:
+    """A fresh instance of a built-in profile; unknown names are an error listing the known ones."""
+    profiles = builtin_profiles()
+    found = profiles.get(name)
+    if found is None:
+        raise OrchestratorError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"unknown routing profile {name!r}; known profiles: {', '.join(sorted(profiles))}",
+            param="profile",
+        )
+    return found

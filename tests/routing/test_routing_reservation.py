@@ -1,0 +1,57 @@
+"""Room on the fast replicas is held for the tightest TPOT target in flight: the fastest
+replicas that hold the tight class's requests are kept at the tight batch, loose work soaks up
+the rest of the fleet, and nothing is reserved while only one target is in flight."""
+
+from __future__ import annotations
+
+from routing_fleet import replica, table
+
+from orchestrator.core.generations import Generation
+from orchestrator.routing.fleet_state import FleetState
+from orchestrator.routing.reservation import demand_moved, reserved_replicas
+from orchestrator.routing.signals import utilisations
+
+TIGHT, LOOSE = 0.014, 0.03
+
+
+def test_the_largest_tight_capacities_are_reserved_until_they_hold_the_demand_with_margin() -> None:
+    capacities = [2.0, 147.0, 2.0, 140.0]
+    assert reserved_replicas(capacities, 0) == []
+    assert reserved_replicas(capacities, 60) == [1]  # 60 in flight + 1 ≤ 147
+    assert reserved_replicas(capacities, 150) == [1, 3]
+    assert sorted(reserved_replicas(capacities, 1_000)) == [0, 1, 2, 3]  # all, and still short
+    assert reserved_replicas(capacities, 60, held=[3]) == [3]  # a held replica stays held
+    assert reserved_replicas(capacities, 150, held=[0]) == [0, 1, 3]
+    assert not demand_moved(60.5, 60) and not demand_moved(65, 60)
+    assert demand_moved(67, 60) and demand_moved(2.5, 1)
+
+
+def test_tight_work_among_loose_work_reserves_the_fast_replica_and_loose_work_goes_elsewhere() -> (
+    None
+):
+    routing_table = table(
+        [
+            replica("fast-0", Generation.MI355X),
+            replica("fast-1", Generation.MI355X),
+            replica("slow", Generation.MI300X),
+        ]
+    )
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = fleet.candidates(routing_table)
+    fast_0, _, slow = (c.replica for c in candidates)
+    fleet.started(fast_0, TIGHT)
+    assert all(c.stats.reserved_tpot_s == float("inf") for c in candidates)  # one target only
+    for _ in range(3):
+        fleet.started(slow, LOOSE)
+    reserved = [c for c in candidates if c.stats.reserved_tpot_s == TIGHT]
+    assert len(reserved) == 1 and reserved[0].replica.generation is Generation.MI355X
+    # a loose request sees the reserved replica at its tight batch, the other fast one at its own
+    rho = dict(zip(("fast-0", "fast-1", "slow"), utilisations(candidates, LOOSE), strict=True))
+    held = reserved[0].replica.replica_id
+    free = "fast-1" if held == "fast-0" else "fast-0"
+    assert rho[free] < rho[held]
+    # the loose work leaves: one target in flight again, nothing reserved
+    for _ in range(3):
+        fleet.finished(slow, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=LOOSE)
+    assert all(c.stats.reserved_tpot_s == float("inf") for c in candidates)
