@@ -30,9 +30,7 @@ the figures: on a shared machine, they move with it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import http.client
 import json
 import os
 import re
@@ -42,26 +40,26 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from orchestrator.bench.router_overhead import free_port, wait_http, wrk_script
-from orchestrator.config.loader import parse_config
+from orchestrator.bench.process_probes import (
+    cpu_shares,
+    health_p99_ms,
+    histogram_p99,
+    metric_samples,
+)
+from orchestrator.bench.processes import child, free_port, wait_http
+from orchestrator.bench.watched_fleet import MODEL, control_plane, engines, replicas_file
+from orchestrator.bench.wrk import wrk_script
 from orchestrator.core.arg_types import positive_int, positive_ints, seconds
 
-MODEL = "openai/gpt-oss-120b"
-REPLICAS_PER_SCRAPER = 64
 CONNECTIONS = 32
 SPREAD_REPLICAS = 8
 SPREAD_DELAY_MS = 2000
 SPREAD_CONNECTIONS = 64
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,149 +88,6 @@ class SpreadRow:
     load_average: float
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
-
-
-def cpu_shares(pids: dict[str, int], window_s: float) -> dict[str, float]:
-    """Each process's CPU over the next `window_s` seconds, as a share of one core."""
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    started = time.monotonic()
-    time.sleep(window_s)
-    elapsed = time.monotonic() - started
-    return {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
-
-
-def health_p99_ms(url: str, samples: int = 100, budget_s: float = 20.0) -> float:
-    """p99 of sequential `/health` requests: `samples` of them, or as many as `budget_s` allows
-    (a saturated router answers in seconds)."""
-    host, port = url.removeprefix("http://").split(":")
-    times: list[float] = []
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    deadline = time.monotonic() + budget_s
-    with contextlib.closing(connection):
-        while len(times) < samples and (len(times) < 2 or time.monotonic() < deadline):
-            started = time.perf_counter()
-            connection.request("GET", "/health")
-            connection.getresponse().read()
-            times.append((time.perf_counter() - started) * 1e3)
-            time.sleep(0.01)
-    return statistics.quantiles(times, n=100)[98]
-
-
-def metric_samples(metrics_port: int) -> list[Any]:
-    """The samples a router serves on its metrics port."""
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return [s for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def histogram_p99(samples: list[Any], name: str) -> float | None:
-    """The upper bound of the bucket holding the 99th percentile."""
-    buckets = sorted(
-        (float(s.labels["le"]), s.value) for s in samples if s.name == f"{name}_bucket"
-    )
-    if not buckets or buckets[-1][1] == 0:
-        return None
-    total = buckets[-1][1]
-    return next(bound for bound, count in buckets if count >= 0.99 * total)
-
-
-@contextlib.contextmanager
-def engines(count: int, workdir: Path, delay_ms: float = 0.0) -> Iterator[list[str]]:
-    """`count` instant replicas in one process; yields their base URLs."""
-    argv = [sys.executable, "-m", "orchestrator.bench.static_backend", "--count", str(count),
-            "--vllm-page", "--model", MODEL, "--delay-ms", str(delay_ms)]  # fmt: skip
-    with (workdir / f"engines-{count}.log").open("wb") as log:
-        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
-    try:
-        assert child.stdout is not None
-        ports = json.loads(child.stdout.readline())["ports"]
-        yield [f"http://127.0.0.1:{port}" for port in ports]
-    finally:
-        child.terminate()
-        child.wait(timeout=10)
-
-
-def replicas_file(urls: Sequence[str], workdir: Path) -> Path:
-    path = workdir / "replicas.yaml"
-    rows = "".join(
-        f"  - {{id: r{i}, url: '{url}', pool: bench, site: local, generation: MI355X,"
-        " engine: vllm}\n"
-        for i, url in enumerate(urls)
-    )
-    path.write_text(f"apiVersion: orchestrator/v1alpha1\nkind: Replicas\nmodel: '{MODEL}'\n"
-                    f"replicas:\n{rows}")  # fmt: skip
-    return path
-
-
-def control_plane_config(urls: Sequence[str]) -> str:
-    """External pools of `REPLICAS_PER_SCRAPER` endpoints each."""
-    pools = ""
-    for start in range(0, len(urls), REPLICAS_PER_SCRAPER):
-        share = urls[start : start + REPLICAS_PER_SCRAPER]
-        pools += (
-            f"  - {{name: shard-{start // REPLICAS_PER_SCRAPER}, site: local, generation: MI355X,"
-            f" engine: external, endpoints: {json.dumps(list(share))}}}\n"
-        )
-    return (f"apiVersion: orchestrator/v1alpha1\nkind: Orchestrator\nmodel: {MODEL}\n"
-            f"sites:\n  local: {{}}\npools:\n{pools}")  # fmt: skip
-
-
-class LoopThread:
-    """An event loop in a thread of this process: the gRPC control-plane server runs on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-
-
-@contextlib.contextmanager
-def control_plane(urls: Sequence[str], namespace: str) -> Iterator[tuple[int, dict[str, int]]]:
-    """Registry, one checker actor per pool and the gRPC server; yields its port and the pids."""
-    import ray
-
-    from orchestrator.controlplane.checker_actor import ExternalCheckerActor
-    from orchestrator.controlplane.grpc_service import start_control_plane_server
-    from orchestrator.controlplane.registry import start_registry
-
-    config = parse_config(control_plane_config(urls))
-    registry = start_registry(config, name=f"{namespace}-registry", namespace=namespace)
-    pids = {"registry": ray.get(registry.__ray_call__.remote(lambda _: os.getpid()))}
-    checkers = []
-    for index, pool in enumerate(config.pools):
-        share = config.model_copy(update={"pools": (pool,)})
-        checker = ExternalCheckerActor.remote(share, registry)
-        pids[f"scraper-{index}"] = ray.get(checker.start.remote())
-        checkers.append(checker)
-    pids["server"] = os.getpid()
-    servers = LoopThread()
-    server, port = servers.run(start_control_plane_server(registry))
-    try:
-        deadline = time.monotonic() + 120
-        while len(ray.get(registry.snapshot.remote()).loads) < len(urls):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the control plane did not list every replica with a load")
-            time.sleep(0.5)
-        yield port, pids
-    finally:
-        servers.run(server.stop(grace=None))
-        servers.close()
-        for checker in checkers:
-            ray.kill(checker)
-        ray.kill(registry, no_restart=True)
-
-
 def router_argv(
     port: int,
     *,
@@ -258,21 +113,12 @@ def router(
     """A router process; from `checkout`'s code instead of this one's when given."""
     url = f"http://127.0.0.1:{port}"
     env = None if checkout is None else {**os.environ, "PYTHONPATH": str(checkout)}
-    with log.open("wb") as sink:
-        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=checkout)
-    try:
+    with child(argv, log, env=env, cwd=checkout) as process:
         try:
-            wait_http(f"{url}/ready", 120)
+            wait_http(f"{url}/ready", 120, process=process)
         except RuntimeError as error:
             raise RuntimeError(f"{error}\nrouter log:\n{log.read_text()[-3000:]}") from None
-        yield url, child.pid
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        yield url, process.pid
 
 
 def measure_router(

@@ -23,23 +23,21 @@ import contextlib
 import importlib.util
 import json
 import os
-import re
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.bench.peers import write_tokenizer
+from orchestrator.bench.processes import child, free_port, wait_http
+from orchestrator.bench.wrk import first_byte_ms, run_wrk, wrk_script
 from orchestrator.core.arg_types import positive_int, seconds
-
-PROMPT = "Benchmark the router, not the model."
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,121 +69,6 @@ class Setting:
     def client_tls(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.certificate))
         return context
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_http(
-    url: str,
-    timeout_s: float,
-    accept: Callable[[bytes], bool] = lambda _: True,
-    tls: ssl.SSLContext | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with (
-            contextlib.suppress(OSError, ValueError),
-            urllib.request.urlopen(url, timeout=2, context=tls) as response,
-        ):
-            if response.status == 200 and accept(response.read()):
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not become ready within {timeout_s:.0f}s")
-
-
-@contextlib.contextmanager
-def process(argv: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as sink:
-        child = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
-    try:
-        yield child
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=15)
-
-
-def write_tokenizer(folder: Path) -> str:
-    """A tiny word-level tokenizer; peer routers load the served model's tokenizer from it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    words = PROMPT.lower().replace(",", "").replace(".", "").split()
-    vocabulary = {"[UNK]": 0} | {w: i + 1 for i, w in enumerate(dict.fromkeys(words))}
-    unknown = {"id": 0, "content": "[UNK]", "single_word": False, "lstrip": False,
-               "rstrip": False, "normalized": False, "special": True}  # fmt: skip
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [unknown],
-        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
-        "decoder": None, "model": {"type": "WordLevel", "vocab": vocabulary, "unk_token": "[UNK]"},
-    }  # fmt: skip
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return str(folder)
-
-
-def wrk_script(path: Path, model: str, stream: bool) -> Path:
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "stream": stream})
-    path.write_text(
-        'wrk.method = "POST"\n'
-        f"wrk.body = {json.dumps(body)}\n"
-        'wrk.headers["Content-Type"] = "application/json"\n'
-    )
-    return path
-
-
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def run_wrk(
-    url: str, script: Path, connections: int, duration_s: float
-) -> tuple[float, dict[int, float]]:
-    """Requests/s and latency percentiles (ms) from one wrk run; non-2xx answers are an error."""
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--latency"]
-    output = subprocess.run(
-        [*command, "-s", str(script), url],
-        capture_output=True, text=True, check=True, timeout=duration_s + 60,
-    ).stdout  # fmt: skip
-    if "Non-2xx" in output or "Socket errors" in output:
-        raise RuntimeError(f"wrk saw errors against {url}:\n{output}")
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
-    percentiles = {}
-    for pct, value, unit in re.findall(r"^\s+(\d+)%\s+([\d.]+)(us|ms|s)\s*$", output, re.M):
-        percentiles[int(pct)] = float(value) * _UNITS[unit]
-    return rate, percentiles
-
-
-def first_byte_ms(url: str, model: str, samples: int, tls: ssl.SSLContext | None) -> float:
-    """Median time to the first response byte of a streamed completion, one at a time."""
-    host, port = re.match(r"https?://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "stream": True}).encode()
-    request = (
-        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    times = []
-    with contextlib.ExitStack() as stack:
-        connection = stack.enter_context(socket.create_connection((host, int(port)), timeout=10))
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            connection = stack.enter_context(tls.wrap_socket(connection, server_hostname=host))
-        for _ in range(samples):
-            start = time.perf_counter()
-            connection.sendall(request)
-            data = connection.recv(65536)
-            times.append((time.perf_counter() - start) * 1e3)
-            while not data.endswith(b"0\r\n\r\n"):  # drain the chunked body
-                more = connection.recv(65536)
-                if not more:
-                    raise RuntimeError(f"{url} closed the connection mid-stream")
-                data += more
-    return statistics.median(times)
 
 
 def measure(
@@ -285,10 +168,10 @@ def run(routers: Sequence[str], setting: Setting, runs: int = 1) -> list[list[Me
         for index in range(2):
             port = free_port()
             stack.enter_context(
-                process(
+                child(
                     [sys.executable, "-m", "orchestrator.bench.static_backend", "--port",
                      str(port), "--model", model, "--stream-chunks", str(setting.stream_chunks)],
-                    setting.workdir / f"backend-{index}.log",
+                    log=setting.workdir / f"backend-{index}.log",
                 )
             )  # fmt: skip
             backends.append(f"http://127.0.0.1:{port}")
@@ -318,22 +201,14 @@ def start_control_plane(
     config = control_plane_config(backends, model, port, setting)
     ray_dir = Path(tempfile.mkdtemp(prefix="rb-", dir="/tmp"))  # Ray's socket paths are short
     stack.callback(shutil.rmtree, ray_dir, ignore_errors=True)
-    log = setting.workdir / "control-plane.log"
-    with log.open("wb") as sink:
-        child = subprocess.Popen(
+    stack.enter_context(
+        child(
             [sys.executable, "-m", "orchestrator", "control-plane", "--config", str(config)],
-            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "RAY_TMPDIR": str(ray_dir)},
-        )  # fmt: skip
-
-    def stop() -> None:
-        child.terminate()
-        try:
-            child.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=15)
-
-    stack.callback(stop)
+            log=setting.workdir / "control-plane.log",
+            env={**os.environ, "RAY_TMPDIR": str(ray_dir)},
+            stop_wait_s=60,
+        )
+    )
     return f"127.0.0.1:{port}"
 
 
@@ -346,7 +221,7 @@ def measure_router(
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     log = setting.workdir / f"{name}.log"
     accept = routes_both if name.startswith("ours") else (lambda _: True)
-    with process(command, log):
+    with child(command, log=log):
         try:
             wait_http(url + ready_path(name), 180, accept, tls)
         except RuntimeError as error:

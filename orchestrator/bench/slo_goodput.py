@@ -40,7 +40,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.bench.router_overhead import free_port, process, wait_http, write_tokenizer
+from orchestrator.bench.peers import write_tokenizer
+from orchestrator.bench.processes import child, free_port, wait_http
 from orchestrator.bench.simulate.fleet_spec import FleetSpec, parse_fleet
 from orchestrator.bench.slo_limits import (
     capacity_at,
@@ -107,7 +108,7 @@ def running_router(
 ) -> Iterator[str]:
     port = free_port()
     log = workdir / f"{name.replace(' ', '-')}.log"
-    with process(router_argv(name, fleet, args, port, workdir), log):
+    with child(router_argv(name, fleet, args, port, workdir), log):
         url = f"http://127.0.0.1:{port}"
         try:
             wait_http(url + ("/ready" if name == "ours" else "/health"), 90)
@@ -192,7 +193,7 @@ def replicas(
                     pool.generation.value, "--port", str(port), "--time-scale", str(time_scale),
                     "--served-model-name", model, "--seed", str(len(urls)),
                 ]  # fmt: skip
-                stack.enter_context(process(argv, workdir / f"replica-{len(urls)}.log"))
+                stack.enter_context(child(argv, workdir / f"replica-{len(urls)}.log"))
                 urls.append(f"http://127.0.0.1:{port}")
                 generations.append(pool.generation)
         for url in urls:

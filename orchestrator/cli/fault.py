@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from orchestrator.cli.families import command_help
-from orchestrator.controlplane.admin_client import DEFAULT_CONTROL_PLANE
+from orchestrator.cli.operator import DEFAULT_CONTROL_PLANE
 from orchestrator.core.arg_types import seconds
 from orchestrator.fabric.faults import Fault, add_fault, read_faults, remove_faults
 from orchestrator.fabric.manifest import StackManifest, default_fabric_root, read_manifest

@@ -8,10 +8,8 @@ import sys
 from orchestrator.bench.plan.command import add_arguments, run
 from orchestrator.cli import tls
 from orchestrator.cli.families import command_help
+from orchestrator.cli.operator import EXIT_UNREACHABLE, add_control_plane_flags
 from orchestrator.core.generations import Generation, parse_generation
-
-DEFAULT_CONTROL_PLANE = "127.0.0.1:50052"
-EXIT_UNREACHABLE = 1
 
 
 def _fleet_capacities(args: argparse.Namespace) -> dict[Generation, float] | None:
@@ -58,6 +56,5 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--from-fleet", action="store_true",
         help="take each generation's capacity from a running control plane's routing table",
     )  # fmt: skip
-    parser.add_argument("--control-plane", default=DEFAULT_CONTROL_PLANE, metavar="HOST:PORT")
-    tls.add_client_flags(parser, "control-plane", what="the control plane")
+    add_control_plane_flags(parser)
     parser.set_defaults(handler=cmd_plan)

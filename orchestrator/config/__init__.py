@@ -1,4 +1,8 @@
-"""The orchestrator's one versioned YAML config: frozen, validated models and their loader."""
+"""The orchestrator's one versioned YAML config: frozen, validated models and their loader
+(read with `core.strict_yaml`: unknown and repeated keys refused with their path).
+
+Layer 1, pure: may import `core/` only; no sockets, web framework, Ray or gRPC.
+"""
 
 from __future__ import annotations
 

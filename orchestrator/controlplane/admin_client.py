@@ -20,7 +20,6 @@ from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.grpc_tls import channel_credentials
 
-DEFAULT_CONTROL_PLANE: Final = "127.0.0.1:50052"
 CALL_TIMEOUT_S: Final = 10.0
 
 _REFUSED: Final = {

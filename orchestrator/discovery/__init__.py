@@ -1,4 +1,8 @@
-"""Kubernetes discovery: the ready pods behind a label selector, kept current by a watch."""
+"""Kubernetes discovery: the ready pods behind a label selector, kept current by a watch.
+
+Layer 9: may import `core/` and the layers below the frontends; the control plane's external
+pools use it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Engine adapters, one per engine kind: launch command, health path, metric names → load."""
+"""Engine adapters, one per engine kind: launch command, health path, metric names → load.
+
+Layer 3: may import `core/`, `config/`, `fleet/` and `security/`; independent of its siblings
+`sim/`, `table/` and `exporters/`.
+"""
 
 from __future__ import annotations
 

@@ -1,22 +1,38 @@
 """Typed view of `data/calibration.yaml`: model shape, workload statistics, engine defaults, and the
-published figures the model is calibrated to."""
+published figures the model is calibrated to.
+
+The document is validated as it is read (pydantic, over these dataclasses and the file's own
+layout): a number of the wrong kind, a missing key or one no record has is refused with its path
+(`model.layers`, `measured.MI355X.offline_tokens_per_s`).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import GENERATIONS, Generation, parse_generation
+from orchestrator.core.strict_yaml import load_strict_yaml
 
 CALIBRATION_FILE: Final = "calibration.yaml"
+# Each record refuses a key it has no field for; numbers are converted from YAML 1.1's strings
+# (it reads `116.83e9` as one), but a fractional number is not taken for an int.
+_RECORD: Final = ConfigDict(extra="forbid")
+
+
+def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+FrozenFloats = Annotated[Mapping[str, float], AfterValidator(_frozen)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +51,14 @@ class ModelShape:
     hidden_size: int
     expert_intermediate_size: int
     query_heads: int
+    kv_heads: int
     head_dim: int
     max_context_tokens: int
-    weights_bytes: Mapping[str, float]
+    weights_bytes: FrozenFloats
     kv_bytes_per_token: float
     non_expert_weight_bytes_per_param: float
+
+    __pydantic_config__ = _RECORD
 
     @property
     def expert_params(self) -> float:
@@ -66,6 +85,8 @@ class LatencyTarget:
     ttft_s: float
     tpot_s: float
 
+    __pydantic_config__ = _RECORD
+
 
 @dataclass(frozen=True, slots=True)
 class ReasoningStats:
@@ -78,7 +99,16 @@ class ReasoningStats:
 
     effort: str
     share_at_low: float
-    effort_factor: Mapping[str, float]
+    effort_factor: FrozenFloats
+
+    __pydantic_config__ = _RECORD
+
+    def __post_init__(self) -> None:
+        factors = dict(self.effort_factor)
+        if self.effort not in factors:
+            raise ValueError(f"effort {self.effort!r} has no effort_factor (it has {factors})")
+        if not 0.0 <= self.share_at_low < 1.0 or min(factors.values()) <= 0:
+            raise ValueError(f"share_at_low must be in [0, 1) and factors > 0, got {factors}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +126,8 @@ class WorkloadStats:
     interactive_latency_p99: LatencyTarget
     reasoning: ReasoningStats
 
+    __pydantic_config__ = _RECORD
+
 
 @dataclass(frozen=True, slots=True)
 class EngineDefaults:
@@ -105,6 +137,8 @@ class EngineDefaults:
     max_num_batched_tokens: int
     gpu_memory_utilization: float
     hbm_bandwidth_efficiency: float
+
+    __pydantic_config__ = _RECORD
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,93 +204,108 @@ def capacity_prior_tokens_per_s(figures: FleetFigures, generation: Generation) -
     return value
 
 
-def _coerce(record: type[Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep the record's fields and turn numbers to their declared type.
-
-    YAML 1.1 reads `116.83e9` as a string, so numbers are converted here rather than trusted.
-    """
-    types = {field.name: str(field.type) for field in dataclasses.fields(record)}
-    out: dict[str, Any] = {}
-    for name, kind in types.items():
-        value = raw[name]
-        out[name] = int(value) if kind == "int" else float(value) if kind == "float" else value
-    return out
+class FiguresError(ValueError):
+    """The calibration document is not what the fleet model needs; the message names each
+    offending key by its path."""
 
 
-def _target(raw: Mapping[str, Any]) -> LatencyTarget:
-    return LatencyTarget(ttft_s=float(raw["ttft_s"]), tpot_s=float(raw["tpot_s"]))
+def _generation(raw: object) -> Generation:
+    try:
+        return parse_generation(str(raw))
+    except OrchestratorError as error:
+        raise ValueError(error.message) from None
 
 
-def _reasoning(raw: Mapping[str, Any]) -> ReasoningStats:
-    factors = {str(k): float(v) for k, v in raw["effort_factor"].items()}
-    effort = str(raw["effort"])
-    share = float(raw["share_at_low"])
-    if effort not in factors or not 0.0 <= share < 1.0 or min(factors.values()) <= 0:
-        raise ValueError(f"workload.reasoning: bad effort {effort!r}, share or factors {factors}")
-    return ReasoningStats(effort, share, MappingProxyType(factors))
+GenerationKey = Annotated[Generation, BeforeValidator(_generation)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _MeasuredRow(_Section):
+    """One generation's published figures for a whole node."""
+
+    offline_tokens_per_s: Positive
+    server_tokens_per_s: Positive
+
+
+class _RelativeRow(_Section):
+    reference: GenerationKey
+    offline_ratio: Annotated[float, Field(gt=0, le=2)]
+
+
+class _Calibrated(_Section):
+    sequence_efficiency: dict[GenerationKey, Positive]
+    server_tokens_per_s: dict[GenerationKey, float] = {}
+
+
+class _Document(_Section):
+    """`calibration.yaml` as written: `measured` holds `gpus_per_node` beside the generations'
+    rows (split off before validation)."""
+
+    model: ModelShape
+    workload: WorkloadStats
+    engine: EngineDefaults
+    gpus_per_node: Annotated[int, Field(ge=1)]
+    measured: dict[GenerationKey, _MeasuredRow]
+    relative: dict[GenerationKey, _RelativeRow] = {}
+    calibrated: _Calibrated
 
 
 def parse_figures(raw: Mapping[str, Any]) -> FleetFigures:
-    """Build typed figures from the YAML mapping; a missing key raises KeyError naming it."""
-    model = dict(raw["model"])
-    model["weights_bytes"] = MappingProxyType(
-        {k: float(v) for k, v in model["weights_bytes"].items()}
-    )
-    shape = ModelShape(**_coerce(ModelShape, model))
-    workload = dict(raw["workload"])
-    stats = WorkloadStats(
-        samples=int(workload["samples"]),
-        mean_input_tokens=float(workload["mean_input_tokens"]),
-        mean_output_tokens=float(workload["mean_output_tokens"]),
-        max_input_tokens=int(workload["max_input_tokens"]),
-        max_output_tokens=int(workload["max_output_tokens"]),
-        input_sigma=float(workload["input_sigma"]),
-        output_sigma=float(workload["output_sigma"]),
-        server_latency_p99=_target(workload["server_latency_p99"]),
-        interactive_latency_p99=_target(workload["interactive_latency_p99"]),
-        reasoning=_reasoning(workload["reasoning"]),
-    )
-    engine = EngineDefaults(**_coerce(EngineDefaults, raw["engine"]))
-    measured_raw = dict(raw["measured"])
-    gpus = float(measured_raw.pop("gpus_per_node"))
-    measured = {
-        parse_generation(name): MeasuredFigures(
-            offline_tokens_per_s=float(row["offline_tokens_per_s"]) / gpus,
-            server_tokens_per_s=float(row["server_tokens_per_s"]) / gpus,
+    """Build typed figures from the YAML mapping; `FiguresError` names every key that is missing,
+    unknown or of the wrong kind, by its path."""
+    document = dict(raw) if isinstance(raw, Mapping) else {}
+    measured = document.get("measured")
+    if isinstance(measured, Mapping):
+        rows = dict(measured)
+        if "gpus_per_node" in rows:
+            document["gpus_per_node"] = rows.pop("gpus_per_node")
+        document["measured"] = rows
+    try:
+        parsed = _Document.model_validate(document)
+    except ValidationError as error:
+        raise FiguresError(_problems(error)) from None
+    gpus = parsed.gpus_per_node
+    per_gpu = {
+        generation: MeasuredFigures(
+            offline_tokens_per_s=row.offline_tokens_per_s / gpus,
+            server_tokens_per_s=row.server_tokens_per_s / gpus,
         )
-        for name, row in measured_raw.items()
-    }
-    efficiency = {
-        parse_generation(name): float(value)
-        for name, value in raw["calibrated"]["sequence_efficiency"].items()
-    }
-    capacity = {
-        parse_generation(name): float(value)
-        for name, value in raw["calibrated"].get("server_tokens_per_s", {}).items()
+        for generation, row in parsed.measured.items()
     }
     relative: dict[Generation, RelativeFigure] = {}
-    for name, row in (raw.get("relative") or {}).items():
-        generation = parse_generation(name)
-        reference = parse_generation(str(row["reference"]))
-        ratio = float(row["offline_ratio"])
-        if reference not in measured or generation in measured:
-            raise ValueError(
-                f"relative.{name}: the reference must have measured figures and {name} none"
+    for generation, rel in parsed.relative.items():
+        if rel.reference not in per_gpu or generation in per_gpu:
+            raise FiguresError(
+                f"relative.{generation.value}: the reference must have measured figures and "
+                f"{generation.value} none"
             )
-        if not 0.0 < ratio <= 2.0:
-            raise ValueError(
-                f"relative.{name}.offline_ratio: expected a ratio in (0, 2], got {ratio}"
-            )
-        relative[generation] = RelativeFigure(reference, ratio)
+        relative[generation] = RelativeFigure(rel.reference, rel.offline_ratio)
     return FleetFigures(
-        model=shape,
-        workload=stats,
-        engine=engine,
-        measured=MappingProxyType(measured),
-        sequence_efficiency=MappingProxyType(efficiency),
-        server_tokens_per_s=MappingProxyType(capacity),
+        model=parsed.model,
+        workload=parsed.workload,
+        engine=parsed.engine,
+        measured=MappingProxyType(per_gpu),
+        sequence_efficiency=MappingProxyType(dict(parsed.calibrated.sequence_efficiency)),
+        server_tokens_per_s=MappingProxyType(dict(parsed.calibrated.server_tokens_per_s)),
         relative=MappingProxyType(relative),
     )
+
+
+def _problems(error: ValidationError) -> str:
+    """Every problem on one line each, as `path: what`; a key no record has says so."""
+    lines = []
+    for problem in error.errors():
+        location = [str(part) for part in problem["loc"] if part != "[key]"]
+        if location[:1] == ["gpus_per_node"]:
+            location = ["measured", *location]
+        path = ".".join(location) or "calibration"
+        unknown = problem["type"] in ("extra_forbidden", "unexpected_keyword_argument")
+        lines.append(f"{path}: {'unknown key' if unknown else problem['msg']}")
+    return "; ".join(lines)
 
 
 def calibration_path() -> Path:
@@ -266,4 +315,4 @@ def calibration_path() -> Path:
 @cache
 def load_figures() -> FleetFigures:
     """The figures shipped with the package (read once, on first use, not at import)."""
-    return parse_figures(yaml.safe_load(calibration_path().read_text()))
+    return parse_figures(load_strict_yaml(calibration_path().read_text()))

@@ -4,6 +4,9 @@
 
 Filters are hard unless marked soft: a soft filter that would leave no candidate is skipped
 (fail open), so a signal that condemns every replica narrows nothing.
+
+What a profile is (`ProfileSpec`: its steps, limits and seed) is frozen data; what it keeps
+between decisions (its random source, its filter cache) lives in the `Profile` that runs it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.routing.context import RequestContext
@@ -73,7 +76,7 @@ class _DecisionState:
         "whole_set",
     )
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: ProfileSpec) -> None:
         self.rng = random.Random(profile.seed)
         picker = profile.picker
         self.whole_set = isinstance(picker, WholeSetPicker) and picker.WHOLE_SET
@@ -96,6 +99,33 @@ class _DecisionState:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileSpec:
+    """A routing profile as data: filters, weighted scorers, a picker, and the limits and seed
+    `Profile` decides with; refused at construction when they do not go together. The plugins
+    keep state of their own (a round-robin position, a hash ring's cache), so each router
+    builds its own spec (`builtin_profiles` returns fresh ones)."""
+
+    name: str
+    filters: tuple[FilterStep, ...]
+    scorers: tuple[ScorerStep, ...]
+    picker: Picker
+    max_fallbacks: int = MAX_FALLBACKS
+    sample_size: int = DEFAULT_SAMPLE_SIZE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sample_size < 1:
+            raise ValueError(f"profile `{self.name}`: sample_size must be at least 1")
+        if self.max_fallbacks < 0:
+            raise ValueError(f"profile `{self.name}`: max_fallbacks must not be negative")
+        whole_set = isinstance(self.picker, WholeSetPicker) and self.picker.WHOLE_SET
+        if self.scorers and whole_set:
+            raise ValueError(
+                f"profile `{self.name}`: scorers: picker `{self.picker.TYPE}` ignores scores, "
+                "so a profile using it has no scorers"
+            )
+
+
 class Profile:
     """Filters, then weighted scorers, then a picker; cost nearly flat in the fleet's size.
 
@@ -124,47 +154,37 @@ class Profile:
     router processes sharing a fleet should use different seeds, or they sample in lockstep.
     """
 
-    name: str
-    filters: tuple[FilterStep, ...]
-    scorers: tuple[ScorerStep, ...]
-    picker: Picker
-    max_fallbacks: int = MAX_FALLBACKS
-    sample_size: int = DEFAULT_SAMPLE_SIZE
-    seed: int = 0
-    _state: _DecisionState = field(init=False, repr=False, compare=False)
+    __slots__ = ("_state", "spec")
 
-    def __post_init__(self) -> None:
-        if self.sample_size < 1:
-            raise ValueError(f"profile `{self.name}`: sample_size must be at least 1")
-        if self.max_fallbacks < 0:
-            raise ValueError(f"profile `{self.name}`: max_fallbacks must not be negative")
-        state = _DecisionState(self)
-        if self.scorers and state.whole_set:
-            raise ValueError(
-                f"profile `{self.name}`: scorers: picker `{self.picker.TYPE}` ignores scores, "
-                "so a profile using it has no scorers"
-            )
-        object.__setattr__(self, "_state", state)
+    def __init__(self, spec: ProfileSpec) -> None:
+        self.spec = spec
+        self._state = _DecisionState(spec)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     def decide(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> Decision:
         """Choose a primary and fallbacks, or raise `NoCandidateError`."""
         eligible = self._eligible(ctx, view, candidates)
-        limit = 1 + self.max_fallbacks
+        limit = 1 + self.spec.max_fallbacks
         if self._state.whole_set:
-            ordered = self.picker.pick(ctx, view, eligible, [0.0] * len(eligible), limit=limit)
+            ordered = self.spec.picker.pick(ctx, view, eligible, [0.0] * len(eligible), limit=limit)
         else:
             scored = (
-                eligible if len(eligible) <= self.sample_size else self._sample(ctx, view, eligible)
+                eligible
+                if len(eligible) <= self.spec.sample_size
+                else self._sample(ctx, view, eligible)
             )
             scores = self._combined_scores(ctx, view, scored)
-            ordered = self.picker.pick(ctx, view, scored, scores, limit=limit)
+            ordered = self.spec.picker.pick(ctx, view, scored, scores, limit=limit)
         primary = ordered[0].replica
         for observer in self._state.observers:
             observer.on_routed(ctx, primary)
         fallbacks = tuple([c.replica for c in ordered[1:limit]])
-        return Decision(primary=primary, fallbacks=fallbacks, profile=self.name)
+        return Decision(primary=primary, fallbacks=fallbacks, profile=self.spec.name)
 
     def _eligible(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
@@ -185,7 +205,7 @@ class Profile:
         if entry.excluded_by is not None:
             raise self._nothing_left(ctx, candidates, entry.excluded_by)
         remaining: Sequence[Candidate] = entry.survivors
-        for step in self.filters[state.cached_filters :]:
+        for step in self.spec.filters[state.cached_filters :]:
             narrowed = step.plugin.filter(ctx, view, remaining)
             if narrowed or not step.soft:
                 remaining = narrowed
@@ -197,7 +217,7 @@ class Profile:
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> _Eligible:
         remaining: Sequence[Candidate] = candidates
-        for step in self.filters[: self._state.cached_filters]:
+        for step in self.spec.filters[: self._state.cached_filters]:
             narrowed = step.plugin.filter(ctx, view, remaining)
             if narrowed or not step.soft:
                 remaining = narrowed
@@ -213,7 +233,7 @@ class Profile:
     def _sample(
         self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate]
     ) -> list[Candidate]:
-        chosen = sample(self._state.rng, eligible, self.sample_size)
+        chosen = sample(self._state.rng, eligible, self.spec.sample_size)
         seen: set[int] | None = None  # built at the first nominee: often there is none
         for nominator in self._state.nominators:
             for candidate in nominator.nominate(ctx, view, eligible):
@@ -227,11 +247,11 @@ class Profile:
     def _combined_scores(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
-        if not self.scorers:
+        if not self.spec.scorers:
             return [0.0] * len(candidates)
         total = [0.0] * len(candidates)
         weights = 0.0
-        for step in self.scorers:
+        for step in self.spec.scorers:
             weight = step.weight
             weights += weight
             # min(1.0, max(0.0, value)) without the calls (NaN clamps to 0.0 either way)

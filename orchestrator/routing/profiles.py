@@ -38,6 +38,7 @@ from orchestrator.routing.profile import (
     MAX_FALLBACKS,
     FilterStep,
     Profile,
+    ProfileSpec,
     ScorerStep,
 )
 from orchestrator.routing.registry import Plugin, PluginRegistry
@@ -128,7 +129,7 @@ def _build(entry: ProfileEntry, registry: PluginRegistry, source: str) -> Profil
     )
     picker = _plugin(registry, entry.picker, Picker, f"{where}: picker")
     try:
-        return Profile(
+        spec = ProfileSpec(
             name=entry.name,
             filters=filters,
             scorers=scorers,
@@ -139,6 +140,7 @@ def _build(entry: ProfileEntry, registry: PluginRegistry, source: str) -> Profil
         )
     except ValueError as error:  # the profile names itself
         raise _invalid(f"{source}: {error}") from None
+    return Profile(spec)
 
 
 def _plugin(registry: PluginRegistry, entry: PluginEntry, kind: type[Any], where: str) -> Any:

@@ -1,5 +1,6 @@
 """Transport security: certificate files, TLS contexts and gRPC credentials that follow rotation.
 
-Below the frontends, the control plane and forwarding, which all take what this package builds;
-it needs only the standard library's `ssl` and `grpc`, and reads files only when asked.
+Layer 2: below the frontends, the control plane and forwarding, which all take what this package
+builds; it may import `core/` (and `config/`, `fleet/`), needs only the standard library's `ssl`
+and `grpc`, and reads files only when asked.
 """

@@ -103,7 +103,7 @@ def test_prefix_affinity_and_decision_caches_do_not_grow_with_distinct_prompts()
     state = profile._state
     assert len(state.entries) <= _ELIGIBLE_ENTRIES
     assert len(state.latest) <= len(table.models)
-    for step in profile.scorers:
+    for step in profile.spec.scorers:
         for memo in vars(step.plugin).values() if hasattr(step.plugin, "__dict__") else ():
             if isinstance(memo, IdentityMemo):
                 assert len(memo._values) <= DEFAULT_ENTRIES

@@ -10,10 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.bench.overload import FleetSpec, LoadSpec, RunResult, run_once, running_fleet
+from orchestrator.bench.overload.fleet import LoadSpec, UniformFleet
+from orchestrator.bench.overload.load import run_once
+from orchestrator.bench.overload.outcomes import RunResult
+from orchestrator.bench.overload.processes import running_fleet
 from orchestrator.core.generations import Generation
 
-FLEET = FleetSpec(replicas=1, generation=Generation.MI300X, time_scale=2.0)
+FLEET = UniformFleet(replicas=1, generation=Generation.MI300X, time_scale=2.0)
 QUEUE_TIMEOUT_S = 1.0 * FLEET.time_scale  # the default, stretched by the latency scale
 GENEROUS_S = 3.0  # slack for a loaded 2-core machine
 

@@ -6,11 +6,13 @@ import pytest
 
 from orchestrator.bench import (
     fleet_scale,
+    process_probes,
     router_overhead,
     slo_goodput,
     slo_limits,
     slo_load,
     virtual_speed,
+    watched_fleet,
 )
 from orchestrator.core.generations import Generation
 
@@ -45,11 +47,11 @@ def test_fleet_scale_reads_the_load_age_p99_from_a_histogram_and_splits_routers_
         'h_bucket{le="1.0"} 90\nh_bucket{le="1.5"} 99\nh_bucket{le="2.0"} 100\n'
         'h_bucket{le="+Inf"} 100\n'
     )
-    samples = [s for f in fleet_scale.text_string_to_metric_families(page) for s in f.samples]
-    assert fleet_scale.histogram_p99(samples, "h") == 1.5
+    samples = [s for f in process_probes.text_string_to_metric_families(page) for s in f.samples]
+    assert process_probes.histogram_p99(samples, "h") == 1.5
     assert fleet_scale.uneven_split(64, 4) == [34, 17, 9, 4]
     assert fleet_scale.uneven_split(64, 1) == [64]
-    pools = fleet_scale.parse_config(fleet_scale.control_plane_config(
+    pools = watched_fleet.parse_config(watched_fleet.control_plane_config(
         [f"http://127.0.0.1:{port}" for port in range(1000, 1130)]
     )).pools  # fmt: skip
     assert [len(pool.endpoints) for pool in pools] == [64, 64, 2]

@@ -37,3 +37,14 @@ def test_a_baseline_without_a_virtual_fleet_is_refused(
         speed.main(["--baseline", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "holds no orchestrator/ tree" in capsys.readouterr().err
+
+
+def test_a_small_fleet_makes_the_picks_and_results_it_always_made() -> None:
+    # Digests of today's simulation (8 MI355X, 12 s of Server load, seed 0): a faster one must
+    # decide exactly as this one does.
+    from orchestrator.bench.simulate import speed_probe
+
+    result = speed_probe.probe(8, 0.2, 0)
+    assert (result["requests"], result["steps"]) == (1099, 52141)
+    assert result["picks_digest"] == "956592fc6fb5ca1d41b0eaf3896e0b3a"
+    assert result["results_digest"] == "e1272344fa8e8c14416981580dd6780f"

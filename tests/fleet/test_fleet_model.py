@@ -207,3 +207,29 @@ def test_a_relative_figure_without_a_measured_reference_or_a_sane_ratio_is_refus
     raw["relative"] = {"MI350X": row}
     with pytest.raises(ValueError, match=message):
         parse_figures(raw)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        ("model", "layerz", 36, r"model\.layerz: unknown key"),
+        ("engine", "max_num_seqs", 2.5, r"engine\.max_num_seqs: .*fractional part"),
+        ("workload", "samples", "many", r"workload\.samples: .*valid integer"),
+        ("measured", "MI999X", {}, r"measured\.MI999X: .*unknown GPU generation 'MI999X'"),
+    ],
+)
+def test_a_calibration_key_that_is_unknown_or_of_the_wrong_kind_is_refused_with_its_path(
+    section: str, key: str, value: object, message: str
+) -> None:
+    raw = _raw_figures()
+    raw[section][key] = value  # type: ignore[index]
+    with pytest.raises(ValueError, match=message):
+        parse_figures(raw)
+
+
+def test_yaml_numbers_read_as_strings_become_the_fields_kinds() -> None:
+    """YAML 1.1 reads `116.83e9` as a string; the record's field says it is a float."""
+    figures = load_figures()
+    assert figures.model.total_params == pytest.approx(116.83e9)
+    assert isinstance(figures.model.layers, int) and figures.model.layers == 36
+    assert figures.model.weights_bytes["mxfp4"] == pytest.approx(65.25e9)

@@ -3,6 +3,7 @@ decision cost that does not grow with the fleet."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -31,7 +32,13 @@ from orchestrator.routing.plugins.filters.model_served import ModelServedFilter
 from orchestrator.routing.plugins.pickers.max_score import MaxScorePicker
 from orchestrator.routing.plugins.pickers.round_robin import RoundRobinPicker
 from orchestrator.routing.plugins.scorers.least_requests import LeastRequestsScorer
-from orchestrator.routing.profile import FilterStep, NoCandidateError, Profile, ScorerStep
+from orchestrator.routing.profile import (
+    FilterStep,
+    NoCandidateError,
+    Profile,
+    ProfileSpec,
+    ScorerStep,
+)
 from orchestrator.routing.profiles import builtin_profiles
 
 CAPACITY_RATIO = capacity(Generation.MI355X) / capacity(Generation.MI300X)  # ≈ 4.75
@@ -117,10 +124,12 @@ def test_a_soft_filter_still_narrows_when_some_replicas_pass_it() -> None:
 def test_the_same_filter_made_hard_makes_a_full_fleet_unavailable() -> None:
     replicas = mixed_fleet(2)
     profile = Profile(
-        "hard-kv",
-        filters=(FilterStep(ModelServedFilter()), FilterStep(KvHeadroomFilter())),
-        scorers=(ScorerStep(LeastRequestsScorer(), 1.0),),
-        picker=MaxScorePicker(),
+        ProfileSpec(
+            "hard-kv",
+            filters=(FilterStep(ModelServedFilter()), FilterStep(KvHeadroomFilter())),
+            scorers=(ScorerStep(LeastRequestsScorer(), 1.0),),
+            picker=MaxScorePicker(),
+        )
     )
     full = ReplicaLoad(running=100, waiting=5, kv_cache_usage=0.99)
     with pytest.raises(NoCandidateError) as caught:
@@ -144,14 +153,16 @@ def test_a_decision_has_distinct_fallbacks_up_to_the_profiles_limit() -> None:
 def test_observers_hear_where_each_request_went() -> None:
     spy = SpyScorer()
     replicas = mixed_fleet(2)
-    profile = Profile("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker())
+    profile = Profile(ProfileSpec("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker()))
     decision = profile.decide(request(), view(table(replicas)), loaded(replicas))
     assert spy.routed == [decision.primary.replica_id]
 
 
 def test_a_profile_with_scores_and_a_picker_that_ignores_them_is_refused() -> None:
     with pytest.raises(ValueError, match="ignores scores"):
-        Profile("rr", (), (ScorerStep(LeastRequestsScorer(), 1.0),), RoundRobinPicker())
+        Profile(
+            ProfileSpec("rr", (), (ScorerStep(LeastRequestsScorer(), 1.0),), RoundRobinPicker())
+        )
 
 
 def test_a_replica_marked_unhealthy_in_a_new_table_is_avoided_at_once() -> None:
@@ -186,7 +197,9 @@ def test_a_circuit_that_opens_is_respected_from_the_next_filter_bucket() -> None
 
 def test_with_no_more_candidates_than_the_sample_size_every_candidate_is_scored() -> None:
     spy = SpyScorer()
-    profile = Profile("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker(), sample_size=8)
+    profile = Profile(
+        ProfileSpec("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker(), sample_size=8)
+    )
     replicas = mixed_fleet(4)
     profile.decide(request(), view(table(replicas)), loaded(replicas))
     assert spy.shown == [8]
@@ -194,7 +207,9 @@ def test_with_no_more_candidates_than_the_sample_size_every_candidate_is_scored(
 
 def test_with_more_candidates_than_the_sample_size_only_a_sample_is_scored() -> None:
     spy = SpyScorer()
-    profile = Profile("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker(), sample_size=8)
+    profile = Profile(
+        ProfileSpec("spy", (), (ScorerStep(spy, 1.0),), MaxScorePicker(), sample_size=8)
+    )
     replicas = mixed_fleet(256)
     candidates = loaded(replicas)
     seen: set[str] = set()
@@ -343,3 +358,37 @@ def test_any_decision_is_a_ready_replica_with_distinct_fallbacks_or_a_clear_erro
     assert all(r.state is ReplicaState.READY for r in tried)
     assert len({r.replica_id for r in tried}) == len(tried)
     assert len(decision.fallbacks) == min(3, sum(s is ReplicaState.READY for s in states) - 1)
+
+
+def test_a_spec_is_frozen_data_and_each_profile_over_it_keeps_its_own_random_source() -> None:
+    """The spec holds no generator or cache: two profiles over one spec draw the same samples,
+    and one's decisions do not move the other's random source."""
+    shown: list[tuple[str, ...]] = []
+
+    class SampleScorer(SpyScorer):
+        def score(
+            self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+        ) -> list[float]:
+            shown.append(tuple(sorted(c.replica.replica_id for c in candidates)))
+            return [0.5] * len(candidates)
+
+    spec = ProfileSpec("spy", (), (ScorerStep(SampleScorer(), 1.0),), MaxScorePicker())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.seed = 1  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(spec)] == [
+        "name", "filters", "scorers", "picker", "max_fallbacks", "sample_size", "seed",
+    ]  # fmt: skip
+    replicas = mixed_fleet(256)
+    candidates = loaded(replicas)
+
+    def samples(profile: Profile, count: int) -> list[tuple[str, ...]]:
+        shown.clear()
+        for _ in range(count):
+            profile.decide(request(), view(table(replicas)), candidates)
+        return list(shown)
+
+    first = Profile(spec)
+    ahead = samples(first, 20)
+    assert len(set(ahead)) > 1  # a fresh sample each decision
+    assert samples(Profile(spec), 20) == ahead
+    assert samples(first, 5) != ahead[:5]  # the first one went on from where it was

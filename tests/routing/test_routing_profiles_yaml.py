@@ -38,7 +38,7 @@ def test_the_builtin_profiles_load_with_capacity_as_the_default() -> None:
         "power-of-two",
         "weighted-static",
     }
-    capacity = profiles[DEFAULT_PROFILE]
+    capacity = profiles[DEFAULT_PROFILE].spec
     assert [(s.plugin.TYPE, s.soft) for s in capacity.filters] == [
         ("model-served", False),
         ("healthy", False),
@@ -68,12 +68,12 @@ def test_the_builtin_profiles_load_with_capacity_as_the_default() -> None:
 )
 def test_every_baseline_profile_keeps_the_hard_filters(name: str, picker: str) -> None:
     profile = builtin_profiles()[name]
-    assert [s.plugin.TYPE for s in profile.filters if not s.soft] == [
+    assert [s.plugin.TYPE for s in profile.spec.filters if not s.soft] == [
         "model-served",
         "healthy",
         "not-draining",
     ]
-    assert picker == profile.picker.TYPE
+    assert picker == profile.spec.picker.TYPE
 
 
 def test_the_builtin_file_ships_inside_the_package() -> None:
@@ -81,15 +81,17 @@ def test_the_builtin_file_ships_inside_the_package() -> None:
 
 
 def test_each_call_builds_fresh_profiles_so_state_is_not_shared() -> None:
-    assert builtin_profiles()["capacity"].picker is not builtin_profiles()["capacity"].picker
+    assert (
+        builtin_profiles()["capacity"].spec.picker is not builtin_profiles()["capacity"].spec.picker
+    )
 
 
 def test_a_profile_file_sets_names_params_and_sample_size() -> None:
     profile = load_profiles(GOOD)["mine"]
-    assert profile.sample_size == 4
-    assert profile.filters[1].plugin.name == "kv"
-    assert profile.filters[1].soft
-    assert [s.weight for s in profile.scorers] == [2.0, 0.5]
+    assert profile.spec.sample_size == 4
+    assert profile.spec.filters[1].plugin.name == "kv"
+    assert profile.spec.filters[1].soft
+    assert [s.weight for s in profile.spec.scorers] == [2.0, 0.5]
 
 
 def test_every_registered_type_builds_with_default_params() -> None:

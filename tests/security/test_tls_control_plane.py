@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,6 +118,38 @@ def test_control_plane_refuses_callers_without_our_client_certificate(
     version, status = asyncio.run(run())
     assert version == 0  # the watch never got a table
     assert status == "unreachable"
+
+
+def test_a_refused_watch_presents_its_rotated_client_certificate_from_the_next_call(
+    registry: Any, pki: Pki, tmp_path: Path
+) -> None:
+    """The watch keeps one channel, but one whose certificate the control plane refuses is
+    replaced once the files change on disk: the rotated certificate gets the table."""
+    rotated = tmp_path / "rotated"
+    issued = pki.stranger_ca.issue("router", server=False, into=rotated)
+    tls = TlsFiles(issued.cert, issued.key, pki.ca.ca)
+
+    async def run() -> tuple[int, int]:
+        async with mutual_tls_control_plane(registry, pki) as target:
+            holder = TableHolder()
+            watch = asyncio.create_task(follow_routing_table(target, holder, retry_s=0.05, tls=tls))
+            try:
+                await asyncio.sleep(REFUSED_WATCH_S / 2)
+                refused = holder.snapshot().version
+                pki.ca.issue("router", server=False, into=rotated)  # same paths, our CA now
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_WAIT_S):
+                        while holder.snapshot().version == 0:
+                            await asyncio.sleep(0.05)
+                return refused, holder.snapshot().version
+            finally:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+
+    refused, rotated_version = asyncio.run(run())
+    assert refused == 0
+    assert rotated_version > 0
 
 
 class FreezableProxy:

@@ -17,6 +17,7 @@ from pki import Pki
 from tls_replica import TlsReplicaThread
 
 from orchestrator import cli
+from orchestrator.cli import stack as cli_stack
 from orchestrator.cli import tls
 from orchestrator.config import OrchestratorConfig, default_config, validate_config
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
@@ -117,7 +118,7 @@ def test_the_control_plane_flags_become_its_replica_tls(pki: Pki) -> None:
             f"--replica-tls-key={pki.client.key}",
         ]
     )
-    config = cli._with_replica_tls(default_config(), tls.client_files(args, "replica"))
+    config = cli_stack.with_replica_tls(default_config(), tls.client_files(args, "replica"))
     spec = config.control_plane.replica_tls
     assert spec is not None
     assert (spec.ca_file, spec.cert_file, spec.key_file) == (
@@ -125,7 +126,7 @@ def test_the_control_plane_flags_become_its_replica_tls(pki: Pki) -> None:
         str(pki.client.cert),
         str(pki.client.key),
     )
-    assert cli._with_replica_tls(default_config(), None).control_plane.replica_tls is None
+    assert cli_stack.with_replica_tls(default_config(), None).control_plane.replica_tls is None
 
 
 def test_a_half_given_client_certificate_is_refused_before_anything_starts(

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from orchestrator.bench.loadgen.report import Report
 from orchestrator.bench.loadgen.run import LoadgenSettings, run_loadgen
-from orchestrator.bench.router_overhead import free_port, process, wait_http, write_tokenizer
+from orchestrator.bench.peers import write_tokenizer
+from orchestrator.bench.processes import child, free_port, wait_http
 from orchestrator.bench.simulate.fleet_spec import FleetSpec, parse_fleet
 from orchestrator.core.arg_types import non_negative_float, positive_floats, positive_int, seconds
 from orchestrator.core.errors import OrchestratorError
@@ -55,7 +56,7 @@ def replicas(
                     pool.generation.value, "--port", str(port), "--time-scale", str(time_scale),
                     "--served-model-name", model, "--seed", str(index),
                 ]  # fmt: skip
-                stack.enter_context(process(argv, workdir / f"replica-{index}.log"))
+                stack.enter_context(child(argv, workdir / f"replica-{index}.log"))
                 out.append((pool.generation.value, f"http://127.0.0.1:{port}"))
                 index += 1
         for _, url in out:
@@ -105,7 +106,7 @@ def measure_router(
     runs: list[Report] = []
     best: Report | None = None
     argv = router_argv(name, backends, model, args.time_scale, port, workdir)
-    with process(argv, log):
+    with child(argv, log):
         try:
             wait_http(url + ("/ready" if name == "ours" else "/health"), 90)
         except RuntimeError as error:

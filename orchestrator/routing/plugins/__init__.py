@@ -1,4 +1,6 @@
-"""The built-in routing plugins, one per module, and the registry that names them for YAML."""
+"""The built-in routing plugins, one per module, and the registry that names them for YAML.
+Part of `routing/` (layer 5, pure).
+"""
 
 from __future__ import annotations
 

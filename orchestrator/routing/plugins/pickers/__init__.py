@@ -1,1 +1,3 @@
-"""Pickers: each turns scored candidates into a primary and ordered fallbacks."""
+"""Pickers: each turns scored candidates into a primary and ordered fallbacks. Part of
+`routing/` (layer 5, pure).
+"""
