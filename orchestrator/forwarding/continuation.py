@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 EVENT_END: Final = b"\n\n"
 _DATA: Final = b"data: "
@@ -26,6 +26,32 @@ _REASONING_KEYS: Final = ("reasoning", "reasoning_content")
 
 class NotContinuable(Exception):
     """This stream cannot be continued elsewhere (the reason is the message)."""
+
+
+class EventSplicer(Protocol):
+    """Turns a continuation's bytes into the rest of the client's stream."""
+
+    def feed(self, data: bytes) -> bytes:
+        """Whole rewritten events of what arrived (b"" when none is whole yet)."""
+
+    def rest(self) -> bytes:
+        """What is left once the continuation's body ended."""
+
+
+class StreamTranscript(Protocol):
+    """What a stream has told its client, in one API's terms (chat and text completions here,
+    the Responses API in `responses_continuation.py`)."""
+
+    output_events: int
+
+    def feed(self, data: bytes) -> None:
+        """Take whole events the client was sent."""
+
+    def continuation(self, request: bytes) -> bytes:
+        """The body that continues the stream (raises `NotContinuable`)."""
+
+    def splicer(self, request: bytes) -> EventSplicer:
+        """The splicer of a continuation of this stream into the client's."""
 
 
 @dataclass(slots=True)
@@ -46,7 +72,7 @@ class Transcript:
 
     def feed(self, data: bytes) -> None:
         for event in data.split(EVENT_END):
-            payload = _payload(event)
+            payload = sse_payload(event)
             if payload is None:
                 continue
             if payload == _DONE:
@@ -59,6 +85,12 @@ class Transcript:
                 continue
             if isinstance(chunk, dict):
                 self._take(chunk)
+
+    def continuation(self, request: bytes) -> bytes:
+        return continuation_body(request, self)
+
+    def splicer(self, request: bytes) -> Splicer:
+        return Splicer(self, request)
 
     def _take(self, chunk: dict[str, Any]) -> None:
         if not self.envelope:
@@ -189,7 +221,7 @@ class Splicer:
         return rest
 
     def _rewrite(self, event: bytes) -> bytes:
-        payload = _payload(event)
+        payload = sse_payload(event)
         if payload is None:
             return b""
         if payload == _DONE:
@@ -240,7 +272,7 @@ class Splicer:
         }
 
 
-def _payload(event: bytes) -> bytes | None:
+def sse_payload(event: bytes) -> bytes | None:
     """The data of one SSE event (its `data:` line), None for comments and empty events."""
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):

@@ -12,12 +12,13 @@ Contract of `Dispatcher.dispatch`:
 - Each attempt at a stream has two bounds of its own (`DispatchSettings`): its first byte within
   `first_byte_timeout_s`, else it moves to the next fallback like a failure; and no gap between
   chunks longer than `stall_timeout_s`.
-- Once a chat or text completions stream has started, a replica that fails, stalls past that
-  bound or drains moves the stream to another replica as a continuation (`stream_relay.py`,
-  `continuation.py`), trying at most `migration_attempts` replicas. When it cannot move (the
-  Responses API, a tool call under way, no replica left to try), the stream ends with a terminal
-  event in its framing (`event_stream.py`): `data: {"error": ...}` then `data: [DONE]` for
-  completions, an `event: error` for the Responses API.
+- Once a stream has started, a replica that fails, stalls past that bound or drains moves the
+  stream to another replica as a continuation (`stream_relay.py`, `continuation.py`; a Responses
+  stream continues as a chat completions continuation rendered as Responses events,
+  `responses_continuation.py`), trying at most `migration_attempts` replicas. When it cannot move
+  (a tool call under way, a request pinned to one replica, no replica left to try), the stream
+  ends with a terminal event in its framing (`event_stream.py`): `data: {"error": ...}` then
+  `data: [DONE]` for completions, an `event: error` for the Responses API.
 - A request whose context names a replica (`RequestContext.replica_id`: the holder of a stored
   response) goes there and nowhere else; NOT_FOUND when it left the table.
 - The absolute `deadline_s` bounds everything, connect and read timeouts included: before the
@@ -40,8 +41,10 @@ from orchestrator.core.records import Replica, ReplicaState
 from orchestrator.core.slo import SloTarget, SloTargets
 from orchestrator.forwarding.attempts import AttemptFailed, Ledger, UpstreamErrorKind
 from orchestrator.forwarding.breaker import CircuitBreakers
-from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, framing_for
+from orchestrator.forwarding.continuation import StreamTranscript, Transcript
+from orchestrator.forwarding.event_stream import RESPONSES_PATH, framing_for
 from orchestrator.forwarding.metrics import RouterMetrics
+from orchestrator.forwarding.responses_continuation import ResponsesTranscript
 from orchestrator.forwarding.stream_relay import MigrationReason, Moved, StreamRelay
 from orchestrator.forwarding.upstream import (
     UpstreamConnectError,
@@ -224,11 +227,7 @@ class Dispatcher:
     def _relayed(self, request: _Request, opened: Moved) -> UpstreamReply:
         framing = framing_for(request.path)
         mover = None
-        if (
-            self.settings.migration_attempts
-            and framing is COMPLETIONS_FRAMING
-            and request.ctx.replica_id is None
-        ):
+        if self.settings.migration_attempts and request.ctx.replica_id is None:
             mover = _Mover(self, request, opened.attempt.replica)
         relay = StreamRelay(
             self._ledger,
@@ -242,9 +241,11 @@ class Dispatcher:
         status, headers = opened.response.status, _passed_headers(opened.response.headers)
         return UpstreamReply(status, headers, opened.attempt.replica, chunks=relay)
 
-    async def _continue(self, request: _Request, body: bytes, tried: set[str]) -> Moved | None:
-        """Start a continuation (`body`) on the best replica not in `tried`; None when the
-        attempts ran out or no replica took it before the deadline."""
+    async def _continue(
+        self, request: _Request, path: str, body: bytes, tried: set[str]
+    ) -> Moved | None:
+        """Start a continuation (`body`, to `path`) on the best replica not in `tried`; None
+        when the attempts ran out or no replica took it before the deadline."""
         now = self._clock.now()
         if now >= request.deadline_s:
             return None
@@ -254,7 +255,7 @@ class Dispatcher:
                 continue
             tried.add(replica.replica_id)
             try:
-                opened = await self._attempt(replica, request, body)
+                opened = await self._attempt(replica, request, body, path)
             except AttemptFailed as failure:
                 self._ledger.upstream_error(replica, failure.kind)
                 return None
@@ -268,16 +269,18 @@ class Dispatcher:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def _attempt(
-        self, replica: Replica, request: _Request, body: bytes
+        self, replica: Replica, request: _Request, body: bytes, path: str | None = None
     ) -> UpstreamReply | Moved:
-        """A whole answer, or a stream that started (its first bytes read)."""
+        """A whole answer, or a stream that started (its first bytes read); `path`: where a
+        continuation goes when it is not the request's own."""
+        path = path or request.path
         start_s = self._clock.now()
         remaining_s = request.deadline_s - start_s
         if remaining_s <= 0:
             self._breakers.released(replica.replica_id)
             raise _deadline_error()
         attempt = self._ledger.open(replica, start_s, request.target, request.slo_class)
-        framing = framing_for(request.path)
+        framing = framing_for(path)
         first_byte_s = self.settings.first_byte_timeout_s if request.ctx.stream else None
         bounded = first_byte_s is not None and first_byte_s < remaining_s
         response: UpstreamResponse | None = None
@@ -287,7 +290,7 @@ class Dispatcher:
                 async with asyncio.timeout(first_byte_s if bounded else None):
                     response = await self._upstream.post_json(
                         replica.url,
-                        request.path,
+                        path,
                         body,
                         timeout_s=remaining_s,
                         connect_timeout_s=self.settings.connect_timeout_s,
@@ -337,7 +340,7 @@ class Dispatcher:
 class _Mover:
     """The dispatcher's side of one stream's migrations: what to send, where it has been."""
 
-    __slots__ = ("_dispatcher", "_left", "_request", "_tried", "chat", "replica_id", "request")
+    __slots__ = ("_dispatcher", "_left", "_request", "_tried", "path", "replica_id", "request")
 
     def __init__(self, dispatcher: Dispatcher, request: _Request, first: Replica) -> None:
         self._dispatcher = dispatcher
@@ -345,8 +348,15 @@ class _Mover:
         self._left = dispatcher.settings.migration_attempts
         self._tried = {first.replica_id}
         self.request = request.body
-        self.chat = request.path.startswith(CHAT_PATH)
+        self.path = request.path  # where its continuations go: a Responses stream's to chat
+        if request.path.startswith(RESPONSES_PATH):
+            self.path = CHAT_PATH
         self.replica_id: str | None = None
+
+    def transcript(self) -> StreamTranscript:
+        if self._request.path.startswith(RESPONSES_PATH):
+            return ResponsesTranscript()
+        return Transcript(chat=self.path.startswith(CHAT_PATH))
 
     def track(self, relay: StreamRelay, replica_id: str | None) -> None:
         streams = self._dispatcher.streams
@@ -363,7 +373,7 @@ class _Mover:
     async def move(self, body: bytes, reason: MigrationReason) -> Moved | None:
         while self._left > 0:
             self._left -= 1
-            moved = await self._dispatcher._continue(self._request, body, self._tried)
+            moved = await self._dispatcher._continue(self._request, self.path, body, self._tried)
             if moved is not None:
                 return moved
         return None

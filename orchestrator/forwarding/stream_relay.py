@@ -1,5 +1,6 @@
 """A replica's SSE stream relayed to the client as it arrives, continued on another replica when
-the first one fails, stalls or is drained mid-stream (`continuation.py` holds the rewriting).
+the first one fails, stalls or is drained mid-stream (`continuation.py` and
+`responses_continuation.py` hold the rewriting).
 
 The relay yields whole events only: a partial event is held back until its end arrives, so the
 client's stream can always go on (with a continuation's events, or the terminal error event)
@@ -18,10 +19,9 @@ from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.attempts import Attempt, Ledger, UpstreamErrorKind
 from orchestrator.forwarding.continuation import (
     EVENT_END,
+    EventSplicer,
     NotContinuable,
-    Splicer,
-    Transcript,
-    continuation_body,
+    StreamTranscript,
 )
 from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, DONE_EVENT, Framing
 from orchestrator.forwarding.upstream import (
@@ -63,7 +63,9 @@ class Mover(Protocol):
     """Continues a stream elsewhere (the dispatcher's side of a migration)."""
 
     request: bytes  # the client's body
-    chat: bool
+
+    def transcript(self) -> StreamTranscript:
+        """A fresh transcript of the stream, in its API's terms."""
 
     def track(self, relay: StreamRelay, replica_id: str | None) -> None:
         """The relay now reads from `replica_id` (None: it ended)."""
@@ -166,9 +168,9 @@ class StreamRelay:
         self._done = self._end_watch.ends(first)  # the stream's last event has been yielded
         self._carry = b""  # a partial event held back
         self._mover = mover
-        self._transcript = None if mover is None else Transcript(chat=mover.chat)
+        self._transcript = None if mover is None else mover.transcript()
         self._kept = bytearray()  # relayed bytes not folded into the transcript yet
-        self._splicer: Splicer | None = None
+        self._splicer: EventSplicer | None = None
         self._moved_tokens = 0  # output tokens that earlier attempts made
         self._stall_s = stall_timeout_s
         self._watch = None if stall_timeout_s is None else _StallWatch(response, stall_timeout_s)
@@ -304,7 +306,7 @@ class StreamRelay:
         transcript.feed(bytes(self._kept))
         self._kept.clear()
         try:
-            body = continuation_body(mover.request, transcript)
+            body = transcript.continuation(mover.request)
         except NotContinuable:
             self._ledger.migrated(reason, "impossible")
             self._end(ok=False, replica_failed=kind is not None)
@@ -320,7 +322,7 @@ class StreamRelay:
         self._ledger.migrated(reason, "continued", self._ledger.now() - started_s)
         self._attempt, self._response = moved.attempt, moved.response
         self._moved_tokens = sent_tokens
-        self._splicer = Splicer(transcript, mover.request)
+        self._splicer = transcript.splicer(mover.request)
         self._carry = b""  # a partial event the client never saw
         self._first = None
         if self._stall_s is not None:

@@ -238,6 +238,102 @@ def kill_twice(fleet: Fleet, first: str) -> None:
     threading.Thread(target=then_the_next, daemon=True).start()
 
 
+@dataclass
+class ReadEvents:
+    """What a client read from one Responses stream, event by event."""
+
+    types: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    response_ids: set[str] = field(default_factory=set)
+    item_ids: dict[int, set[str]] = field(default_factory=dict)  # by output_index
+    deltas: dict[int, str] = field(default_factory=dict)
+    dones: dict[int, str] = field(default_factory=dict)
+    final: openai.types.responses.Response | None = None
+
+
+def responses_request(seed: int) -> dict[str, object]:
+    return {
+        "model": MODEL,
+        "input": QUESTION[0]["content"],
+        "max_output_tokens": OUTPUT_TOKENS,
+        "extra_body": {"seed": seed},
+    }
+
+
+async def read_events(url: str, seed: int, fault_after: int, started: asyncio.Event) -> ReadEvents:
+    read = ReadEvents()
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    async with client:
+        stream = await client.responses.create(stream=True, **responses_request(seed))  # type: ignore[call-overload]
+        async for event in stream:
+            read.types.append(event.type)
+            read.numbers.append(event.sequence_number)
+            if hasattr(event, "response"):
+                read.response_ids.add(event.response.id)
+            index: int = getattr(event, "output_index", -1)
+            if index >= 0:
+                item_id = getattr(event, "item_id", None) or event.item.id
+                read.item_ids.setdefault(index, set()).add(item_id)
+            if event.type.endswith("_text.delta"):
+                read.deltas[index] = read.deltas.get(index, "") + event.delta
+            if event.type.endswith("_text.done"):
+                read.dones[index] = event.text
+            if event.type == "response.completed":
+                read.final = event.response
+            if sum(t.endswith("_text.delta") for t in read.types) == fault_after:
+                started.set()
+    return read
+
+
+@pytest.mark.parametrize(
+    ("fault", "seed", "where"),
+    [("drain", 343, "reasoning"), ("SIGSTOP", 382, "message")],  # replays of both items
+)
+def test_a_responses_stream_continues_elsewhere_as_one_response(
+    fleet: Fleet, oracle: openai.OpenAI, fault: str, seed: int, where: str
+) -> None:
+    replay = oracle.responses.create(**responses_request(seed))  # type: ignore[call-overload]
+    assert replay.usage is not None and [i.type for i in replay.output] == ["reasoning", "message"]
+    reasoning = replay.usage.output_tokens_details.reasoning_tokens
+    answer = replay.usage.output_tokens - reasoning
+    fault_after = reasoning // 2 if where == "reasoning" else reasoning + answer // 2
+    reason = {"SIGSTOP": "stall", "drain": "drain"}[fault]
+    before = migrations(fleet, reason)
+
+    async def scenario() -> tuple[ReadEvents, str]:
+        started = asyncio.Event()
+        reading = asyncio.create_task(read_events(fleet.router.url, seed, fault_after, started))
+        await asyncio.wait_for(started.wait(), 10)
+        (replica_id,) = fleet.serving()
+        if fault == "drain":
+            fleet.drain(replica_id)
+        else:
+            fleet.signal(replica_id, signal.SIGSTOP)
+        return await asyncio.wait_for(reading, 20), replica_id
+
+    read, faulted = asyncio.run(scenario())
+    if fault == "SIGSTOP":
+        fleet.signal(faulted, signal.SIGCONT)
+    else:
+        fleet.drain(faulted, ReplicaState.READY)
+    assert migrations(fleet, reason) == before + 1
+    assert read.numbers == list(range(len(read.numbers)))  # no gap, no repeat
+    assert read.types.count("response.created") == 1 and read.types[-1] == "response.completed"
+    assert read.types.count("response.completed") == 1
+    assert len(read.response_ids) == 1 and all(len(ids) == 1 for ids in read.item_ids.values())
+    final = read.final
+    assert final is not None and final.status == replay.status
+    texts = [item.content[0].text for item in replay.output]
+    assert [item.content[0].text for item in final.output] == texts  # type: ignore[union-attr,index]
+    assert [read.deltas[0], read.dones[0], read.deltas[1], read.dones[1]] == [
+        texts[0], texts[0], texts[1], texts[1]
+    ]  # fmt: skip
+    assert [item.id for item in final.output] == [next(iter(read.item_ids[n])) for n in (0, 1)]
+    assert final.usage is not None
+    assert final.usage.model_dump(exclude_none=True) == replay.usage.model_dump(exclude_none=True)
+    fleet.settle()
+
+
 @pytest.mark.parametrize("fault", ["drain", "SIGSTOP", "SIGKILL"])  # the kills last: they stay dead
 def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
     fleet: Fleet, oracle: openai.OpenAI, fault: str
