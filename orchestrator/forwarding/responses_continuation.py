@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from orchestrator.core.errors import ErrorCode
+from orchestrator.core.openai_errors import code_of_status
 from orchestrator.core.response_events import ResponseEvents, sse_event
 from orchestrator.forwarding.continuation import EVENT_END, NotContinuable, sse_payload
 
@@ -303,10 +305,14 @@ class ResponsesSplicer:
         }
 
     def _error(self, error: Any) -> dict[str, Any]:
+        """The `error` event for a continuation's error chunk, in the router's own terms: the
+        canonical code of the HTTP status the chunk carries (the gRPC front end reads it back)."""
         details = error if isinstance(error, dict) else {}
+        status = details.get("code")
+        code = code_of_status(status) if isinstance(status, int) else ErrorCode.UNAVAILABLE
         return self._builder.event(
             "error",
-            code=details.get("code"),
+            code=code.value,
             message=str(details.get("message") or "the continuation failed"),
             param=details.get("param"),
         )

@@ -5,7 +5,10 @@ A replica that never sends a first byte costs a request one first-byte timeout, 
 answered elsewhere. A stream whose replica stalls, dies or drains mid-way continues on another
 replica (and again when that one dies too), and the client reads one well-formed stream: one id,
 one role delta, one finish, one usage, and the very text and usage a replay of the same request
-on a healthy replica gives.
+on a healthy replica gives. A Responses stream continues the same way (as a chat continuation the
+router renders as Responses events): one response, its items under their ids, sequence numbers
+without a gap, and the replay's items and usage; one whose input a chat cannot express ends with
+the error event.
 """
 
 from __future__ import annotations
@@ -249,6 +252,7 @@ class ReadEvents:
     deltas: dict[int, str] = field(default_factory=dict)
     dones: dict[int, str] = field(default_factory=dict)
     final: openai.types.responses.Response | None = None
+    error: str | None = None  # the code of an `error` event
 
 
 def responses_request(seed: int) -> dict[str, object]:
@@ -260,11 +264,13 @@ def responses_request(seed: int) -> dict[str, object]:
     }
 
 
-async def read_events(url: str, seed: int, fault_after: int, started: asyncio.Event) -> ReadEvents:
+async def read_events(
+    url: str, body: dict[str, object], fault_after: int, started: asyncio.Event
+) -> ReadEvents:
     read = ReadEvents()
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     async with client:
-        stream = await client.responses.create(stream=True, **responses_request(seed))  # type: ignore[call-overload]
+        stream = await client.responses.create(stream=True, **body)  # type: ignore[call-overload]
         async for event in stream:
             read.types.append(event.type)
             read.numbers.append(event.sequence_number)
@@ -280,6 +286,8 @@ async def read_events(url: str, seed: int, fault_after: int, started: asyncio.Ev
                 read.dones[index] = event.text
             if event.type == "response.completed":
                 read.final = event.response
+            if event.type == "error":
+                read.error = event.code
             if sum(t.endswith("_text.delta") for t in read.types) == fault_after:
                 started.set()
     return read
@@ -299,23 +307,7 @@ def test_a_responses_stream_continues_elsewhere_as_one_response(
     fault_after = reasoning // 2 if where == "reasoning" else reasoning + answer // 2
     reason = {"SIGSTOP": "stall", "drain": "drain"}[fault]
     before = migrations(fleet, reason)
-
-    async def scenario() -> tuple[ReadEvents, str]:
-        started = asyncio.Event()
-        reading = asyncio.create_task(read_events(fleet.router.url, seed, fault_after, started))
-        await asyncio.wait_for(started.wait(), 10)
-        (replica_id,) = fleet.serving()
-        if fault == "drain":
-            fleet.drain(replica_id)
-        else:
-            fleet.signal(replica_id, signal.SIGSTOP)
-        return await asyncio.wait_for(reading, 20), replica_id
-
-    read, faulted = asyncio.run(scenario())
-    if fault == "SIGSTOP":
-        fleet.signal(faulted, signal.SIGCONT)
-    else:
-        fleet.drain(faulted, ReplicaState.READY)
+    read = faulted_events(fleet, responses_request(seed), fault_after, fault)
     assert migrations(fleet, reason) == before + 1
     assert read.numbers == list(range(len(read.numbers)))  # no gap, no repeat
     assert read.types.count("response.created") == 1 and read.types[-1] == "response.completed"
@@ -331,6 +323,55 @@ def test_a_responses_stream_continues_elsewhere_as_one_response(
     assert [item.id for item in final.output] == [next(iter(read.item_ids[n])) for n in (0, 1)]
     assert final.usage is not None
     assert final.usage.model_dump(exclude_none=True) == replay.usage.model_dump(exclude_none=True)
+    fleet.settle()
+
+
+def faulted_events(
+    fleet: Fleet, body: dict[str, object], fault_after: int, fault: str
+) -> ReadEvents:
+    """One Responses stream, its replica drained or stopped after `fault_after` deltas."""
+
+    async def scenario() -> tuple[ReadEvents, str]:
+        started = asyncio.Event()
+        reading = asyncio.create_task(read_events(fleet.router.url, body, fault_after, started))
+        await asyncio.wait_for(started.wait(), 10)
+        (replica_id,) = fleet.serving()
+        if fault == "drain":
+            fleet.drain(replica_id)
+        else:
+            fleet.signal(replica_id, signal.SIGSTOP)
+        return await asyncio.wait_for(reading, 20), replica_id
+
+    read, faulted = asyncio.run(scenario())
+    if fault == "SIGSTOP":
+        fleet.signal(faulted, signal.SIGCONT)
+    else:
+        fleet.drain(faulted, ReplicaState.READY)
+    return read
+
+
+def test_a_responses_stream_whose_input_a_chat_cannot_express_ends_with_the_error_event(
+    fleet: Fleet,
+) -> None:
+    called = [
+        {"type": "function_call", "call_id": "call_1", "name": "capacity", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42 replicas"},
+    ]
+    body = responses_request(343)
+    body["input"] = [{"role": "user", "content": QUESTION[0]["content"]}, *called]
+    impossible = fleet.router.metric(
+        "orchestrator_router_migrations_total", reason="drain", outcome="impossible"
+    )
+    read = faulted_events(fleet, body, 10, "drain")
+    assert read.types[-1] == "error" and read.error == "unavailable"
+    assert read.numbers == list(range(len(read.numbers)))  # numbered after what was sent
+    assert "response.completed" not in read.types
+    assert (
+        fleet.router.metric(
+            "orchestrator_router_migrations_total", reason="drain", outcome="impossible"
+        )
+        == impossible + 1
+    )
     fleet.settle()
 
 

@@ -250,3 +250,21 @@ def test_an_ended_stream_or_one_that_broke_while_closing_an_item_is_not_continue
     for sent, why in ((ended, "ended"), (closing, "closing")):
         with pytest.raises(NotContinuable, match=why):
             responses_continuation_body(json.dumps(REQUEST).encode(), transcript_of(sent))
+
+
+def test_an_error_from_the_continuation_ends_the_stream_with_the_next_numbered_error_event() -> (
+    None
+):
+    transcript = transcript_of(first_attempt([("", " a")]))
+    splicer = ResponsesSplicer(transcript)
+    chunk = {"error": {"message": "engine died", "type": "InternalServerError", "code": 503}}
+    events = parsed(splicer.feed(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"))
+    assert events == [
+        {
+            "type": "error",
+            "sequence_number": transcript.sequence + 1,
+            "code": "unavailable",
+            "message": "engine died",
+            "param": None,
+        }
+    ]
