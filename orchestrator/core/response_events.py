@@ -51,11 +51,6 @@ class ResponseEvents:
         response_id: str = self.body["id"]
         return response_id
 
-    @property
-    def open_kind(self) -> str | None:
-        """The type of the item the output is growing, None between items."""
-        return None if self._open is None else str(self._open["type"])
-
     def resume(self, open_item: bool) -> None:
         """Take up a stream begun elsewhere: the last item of `output` is still open, or not."""
         self._open = self._items[-1] if open_item and self._items else None
