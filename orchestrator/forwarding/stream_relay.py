@@ -312,7 +312,11 @@ class StreamRelay:
         sent_tokens = transcript.output_events
         self._close_attempt(ok=False, replica_failed=kind is not None, tokens=sent_tokens)
         started_s = self._ledger.now()
-        moved = await mover.move(body, reason)
+        try:
+            moved = await mover.move(body, reason)
+        except BaseException:  # cancelled (the client left) or broken: still end the stream once
+            self._ended(sent_tokens)
+            raise
         if moved is None:
             self._ledger.migrated(reason, "failed")
             self._ended(sent_tokens)
