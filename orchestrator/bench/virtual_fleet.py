@@ -27,7 +27,8 @@ from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import RoutingView
 from orchestrator.routing.profile import Profile
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.table.snapshot import RoutingTable
 
 MODEL = "openai/gpt-oss-120b"

@@ -19,7 +19,8 @@ from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.fleet.figures import load_figures
 from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.fleet.workload import WorkloadSampler
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.virtual import percentile, run_virtual
 
 

@@ -12,7 +12,7 @@
 
 Declared once: these fields are the config keys, the `orchestrator router` flags
 (`config/flags.py`), the settings admission runs with (`AdmissionLimits`, which
-`admission/settings.py` builds on) and the table in docs/router.md.
+`admission/settings.py` builds on) and the table in docs/settings.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,21 @@
 """The config's cross-field checks: RTTs that agree both ways and cover every pair of sites, pool
 names and endpoints listed once, pools in known sites, one port per service.
 
-They read raw input without trusting its shape, so the loader can run them on a document whose
-fields are not all valid and report every problem at once; the models run them on themselves.
+They read validated values only. The whole config runs them on itself; when some field of a
+document is malformed, the loader runs them on the parts that still validate (`config/partial.py`),
+so one report lists every problem. A value given as None there failed its own check, which reports
+it; these checks skip it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Final, Protocol
+
+from pydantic import BaseModel
 
 from orchestrator.config.errors import ConfigProblem, field_path
-from orchestrator.config.fields import (
-    DEFAULT_CONTROL_PLANE_GRPC_PORT,
-    DEFAULT_EXPORTER_PORT,
-    DEFAULT_ROUTER_GRPC_PORT,
-    DEFAULT_ROUTER_HTTP_PORT,
-    DEFAULT_ROUTER_METRICS_PORT,
-    MAX_PORT,
-)
+from orchestrator.config.fields import MAX_PORT
 
 
 class ConfigProblems(ValueError):
@@ -34,50 +30,65 @@ class ConfigProblems(ValueError):
         self.problems = tuple(problems)
 
 
-def _get(section: Mapping[Any, Any], alias: str, name: str, default: object = None) -> object:
-    """A key in raw input, written either way (`httpPort` or `http_port`)."""
-    if alias in section:
-        return section[alias]
-    return section.get(name, default)
+class PoolFields(Protocol):
+    """What the checks read of a pool: a `PoolSpec`, or what validated of a malformed one."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def site(self) -> str | None: ...
+
+    @property
+    def endpoints(self) -> Sequence[str | None] | None: ...
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+# Site name -> its RTT table (other site -> ms); a table or an entry that is None did not validate.
+RttTables = Mapping[str, Mapping[str, float | None] | None]
+
+# The services' ports, by the section that holds them (as users write it) and the specs' fields.
+_SERVICE_PORTS: Final = (
+    ("router", ("http_port", "grpc_port", "metrics_port")),
+    ("controlPlane", ("grpc_port", "http_sd_port")),
+    ("exporters", ("port",)),
+)
 
 
-def cross_field_problems(raw: Mapping[Any, Any]) -> list[ConfigProblem]:
-    """Problems that span fields, read from raw input without trusting its shape.
+def service_ports(sections: Mapping[str, BaseModel | None]) -> Iterator[tuple[str, int | None]]:
+    """`(path, port)` of every service port in the validated sections (a None section is skipped);
+    unset ports come from the specs' own defaults."""
+    for section, names in _SERVICE_PORTS:
+        spec = sections.get(section)
+        if spec is None:
+            continue
+        for name in names:
+            alias = type(spec).model_fields[name].alias or name
+            yield f"{section}.{alias}", getattr(spec, name)
 
-    The models run it on themselves once every field is valid; the loader also runs it on the raw
-    document when some field is not, so one report lists every problem. Parts of the input that
-    are malformed are skipped here (their own field check reports them).
-    """
+
+def cross_field_problems(
+    sites: RttTables | None,
+    pools: Sequence[PoolFields | None],
+    ports: Iterable[tuple[str, int | None]],
+) -> list[ConfigProblem]:
+    """Problems that span fields; `sites` is None when the sites did not validate at all, a pool
+    is None where it did not, and `ports` come from `service_ports`."""
     problems: list[ConfigProblem] = []
-    sites = raw.get("sites")
-    site_names = (
-        sorted(name for name in sites if isinstance(name, str))
-        if isinstance(sites, Mapping)
-        else None
-    )
-    if isinstance(sites, Mapping) and site_names is not None:
-        problems += _rtt_problems(sites, site_names)
-    pools = raw.get("pools")
-    if isinstance(pools, list | tuple):
-        problems += _pool_problems(pools, site_names)
-    problems += _port_problems(raw)
+    site_names = sorted(sites) if sites is not None else None
+    if sites is not None:
+        problems += _rtt_problems(sites, sorted(sites))
+    problems += _pool_problems(pools, site_names)
+    problems += _port_problems(ports)
     return problems
 
 
-def _rtt_problems(sites: Mapping[Any, Any], names: list[str]) -> Iterator[ConfigProblem]:
+def _rtt_problems(sites: RttTables, names: list[str]) -> Iterator[ConfigProblem]:
     given: set[tuple[str, str]] = set()  # written down, valid or not
     rtts: dict[tuple[str, str], float] = {}
-    readable: set[str] = set()  # sites whose RTT table is a mapping (or absent)
+    readable: set[str] = set()  # sites whose RTT table validated as a mapping
     for site in names:
-        spec = sites[site] if sites[site] is not None else {}
-        table = _get(spec, "rttMs", "rtt_ms", {}) if isinstance(spec, Mapping) else None
-        if not isinstance(table, Mapping):
+        table = sites[site]
+        if table is None:
             continue
         readable.add(site)
         for other, value in table.items():
@@ -91,8 +102,8 @@ def _rtt_problems(sites: Mapping[Any, Any], names: list[str]) -> Iterator[Config
                 yield ConfigProblem(
                     path, f"unknown site {other!r}; known sites: {', '.join(names)}"
                 )
-            elif (ms := _number(value)) is not None:
-                rtts[(site, other)] = ms
+            elif value is not None:
+                rtts[(site, other)] = value
     for i, site in enumerate(names):
         for other in names[i + 1 :]:
             there, back = rtts.get((site, other)), rtts.get((other, site))
@@ -116,15 +127,15 @@ def _rtt_problems(sites: Mapping[Any, Any], names: list[str]) -> Iterator[Config
 
 
 def _pool_problems(
-    pools: list[Any] | tuple[Any, ...], sites: list[str] | None
+    pools: Sequence[PoolFields | None], sites: list[str] | None
 ) -> Iterator[ConfigProblem]:
     first_named: dict[str, int] = {}
     first_endpoint: dict[str, str] = {}
     for i, pool in enumerate(pools):
-        if not isinstance(pool, Mapping):
+        if pool is None:
             continue
-        name = pool.get("name")
-        if isinstance(name, str):
+        name = pool.name
+        if name is not None:
             if name in first_named:
                 yield ConfigProblem(
                     f"pools[{i}].name",
@@ -132,17 +143,14 @@ def _pool_problems(
                 )
             else:
                 first_named[name] = i
-        site = pool.get("site")
-        if sites is not None and isinstance(site, str) and site and site not in sites:
+        site = pool.site
+        if sites is not None and site and site not in sites:
             known = ", ".join(sites) or "none"
             yield ConfigProblem(
                 f"pools[{i}].site", f"unknown site {site!r}; known sites (under sites): {known}"
             )
-        endpoints = pool.get("endpoints")
-        if not isinstance(endpoints, list | tuple):
-            continue
-        for j, url in enumerate(endpoints):
-            if not isinstance(url, str):
+        for j, url in enumerate(pool.endpoints or ()):
+            if url is None:
                 continue
             path = f"pools[{i}].endpoints[{j}]"
             key = url.rstrip("/")
@@ -154,29 +162,11 @@ def _pool_problems(
                 first_endpoint[key] = path
 
 
-_PORTS: Final = (
-    ("router", "httpPort", "http_port", DEFAULT_ROUTER_HTTP_PORT),
-    ("router", "grpcPort", "grpc_port", DEFAULT_ROUTER_GRPC_PORT),
-    ("router", "metricsPort", "metrics_port", DEFAULT_ROUTER_METRICS_PORT),
-    ("controlPlane", "grpcPort", "grpc_port", DEFAULT_CONTROL_PLANE_GRPC_PORT),
-    ("controlPlane", "httpSdPort", "http_sd_port", None),
-    ("exporters", "port", "port", DEFAULT_EXPORTER_PORT),
-)
-_SECTION_NAMES: Final = {"controlPlane": "control_plane"}
-
-
-def _port_problems(raw: Mapping[Any, Any]) -> Iterator[ConfigProblem]:
+def _port_problems(ports: Iterable[tuple[str, int | None]]) -> Iterator[ConfigProblem]:
     taken: dict[int, str] = {}
-    for section_key, alias, name, default in _PORTS:
-        section = _get(raw, section_key, _SECTION_NAMES.get(section_key, section_key), {})
-        if section is None:
-            section = {}
-        if not isinstance(section, Mapping):
-            continue
-        port = _get(section, alias, name, default)
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= MAX_PORT:
-            continue
-        path = f"{section_key}.{alias}"
+    for path, port in ports:
+        if port is None or not 1 <= port <= MAX_PORT:
+            continue  # unset, or 0: any free port
         if port in taken:
             yield ConfigProblem(
                 path, f"port {port} is also {taken[port]}; every service needs its own port"

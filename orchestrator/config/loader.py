@@ -18,8 +18,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems
+from orchestrator.config.cross_checks import ConfigProblems
 from orchestrator.config.errors import ConfigError, ConfigProblem, field_path
+from orchestrator.config.partial import partial_cross_field_problems
 from orchestrator.config.schema import API_VERSION, KIND, OrchestratorConfig
 from orchestrator.core.strict_yaml import DuplicateKeyError, load_strict_yaml
 
@@ -69,8 +70,8 @@ def validate_config(data: object, *, source: str = "config") -> OrchestratorConf
         problems = [p for detail in error.errors() for p in _problems(detail)]
         if not any(_is_cross_field(detail) for detail in error.errors()):
             # Some field is malformed, so the model never reached its cross-field checks: run them
-            # on the raw document, so this report is complete.
-            problems += cross_field_problems(data)
+            # on the parts that validate, so this report is complete.
+            problems += partial_cross_field_problems(data)
         raise ConfigError(source, problems) from None
 
 

@@ -33,7 +33,7 @@ What is checked, beyond types (every check names the field, and lists the allowe
   `engineArgs` is not for `external`; no endpoint appears twice;
 - ports are in 1..65535 and no two services share one.
 Field types and their checks are in `config/fields.py`, the cross-field checks in
-`config/cross_checks.py`.
+`config/cross_checks.py` (run on the parts that validate of a malformed document by `partial.py`).
 
 Defaults are documented, never substituted for a bad value: a `sim` pool without `timeScale` runs
 in real time (1.0); `router.latencyScale` defaults to the largest `timeScale` of the sim pools (the
@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.config.admission import AdmissionSpec
 from orchestrator.config.attempts import AttemptsSpec
-from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems
+from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems, service_ports
 from orchestrator.config.errors import ConfigProblem
 from orchestrator.config.fabric_health import FabricHealthSpec
 from orchestrator.config.fields import (
@@ -88,6 +88,13 @@ DEFAULT_PROFILE: Final = "capacity"
 DISCOVERED_PORT: Final = 8000  # vLLM's default; a pool with a selector may set `port`
 DEFAULT_SIM_TIME_SCALE: Final = 1.0
 _LAUNCHED: Final = frozenset({EngineKind.SIM, EngineKind.VLLM, EngineKind.SGLANG})
+
+
+def bare_sites(value: object) -> object:
+    """`us:` with nothing under it is a site with no RTTs listed, same as `us: {}`."""
+    if isinstance(value, Mapping):
+        return {name: {} if spec is None else spec for name, spec in value.items()}
+    return value
 
 
 class _Strict(BaseModel):
@@ -317,17 +324,21 @@ class OrchestratorConfig(_Strict):
     exporters: ExportersSpec = ExportersSpec()
     fabric_health: FabricHealthSpec = Field(default=FabricHealthSpec(), alias="fabricHealth")
 
-    @field_validator("sites", mode="before")
-    @classmethod
-    def _bare_site(cls, value: object) -> object:
-        """`us:` with nothing under it is a site with no RTTs listed, same as `us: {}`."""
-        if isinstance(value, Mapping):
-            return {name: {} if spec is None else spec for name, spec in value.items()}
-        return value
+    _bare_sites = field_validator("sites", mode="before")(bare_sites)
 
     @model_validator(mode="after")
     def _consistent(self) -> OrchestratorConfig:
-        problems = cross_field_problems(self.model_dump(by_alias=True))
+        problems = cross_field_problems(
+            {name: site.rtt_ms for name, site in self.sites.items()},
+            self.pools,
+            service_ports(
+                {
+                    "router": self.router,
+                    "controlPlane": self.control_plane,
+                    "exporters": self.exporters,
+                }
+            ),
+        )
         if problems:
             raise ConfigProblems(problems)
         if self.router.latency_scale is None:

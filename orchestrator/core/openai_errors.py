@@ -10,6 +10,7 @@ server's own glue (aiohttp middleware, the router's connection) only calls these
 from __future__ import annotations
 
 import logging
+import traceback
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -49,12 +50,20 @@ def code_of_status(status: int) -> ErrorCode:
 
 def served_error(error: Exception, *, method: str, path: str) -> OrchestratorError:
     """What a server answers for an exception its handler raised: an `OrchestratorError` as it
-    is; anything else is a bug of ours, logged with its traceback (the method and path only,
-    never the body) and answered as INTERNAL, so the server stays up."""
+    is; anything else is a bug of ours, logged with its type and stack (the method and path
+    only: never the body, nor the exception's message, which may quote it) and answered as
+    INTERNAL, so the server stays up."""
     if isinstance(error, OrchestratorError):
         return error
-    _log.error("unhandled error serving %s %s", method, path, exc_info=error)
+    log_unhandled(_log, error, f"{method} {path}")
     return OrchestratorError(ErrorCode.INTERNAL, "internal server error")
+
+
+def log_unhandled(logger: logging.Logger, error: BaseException, serving: str) -> None:
+    """Log a bug met while serving `serving`: the exception's type and stack, not its message
+    (a KeyError or ValueError on client data quotes that data)."""
+    stack = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+    logger.error("unhandled %s serving %s\n%s", type(error).__name__, serving, stack)
 
 
 def openai_error(error: OrchestratorError) -> tuple[int, dict[str, Any]]:

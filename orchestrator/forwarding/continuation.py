@@ -22,6 +22,15 @@ _DATA: Final = b"data: "
 _DONE: Final = b"[DONE]"
 _ENVELOPE: Final = ("id", "created", "model")
 _REASONING_KEYS: Final = ("reasoning", "reasoning_content")
+# Request fields that constrain the output to a grammar (OpenAI's and vLLM's spellings).
+_CONSTRAINTS: Final = (
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+)
 
 
 class NotContinuable(Exception):
@@ -137,6 +146,11 @@ def continuation_body(request: bytes, transcript: Transcript) -> bytes:
         raise NotContinuable("the request body is not JSON") from None
     if not isinstance(body, dict) or body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
         raise NotContinuable("more than one choice")
+    if body.get("echo"):  # vLLM would stream the final message again before continuing it
+        raise NotContinuable("echo repeats what a continuation extends")
+    constrained = [name for name in _CONSTRAINTS if _constrains(body.get(name))]
+    if constrained:  # the grammar would start again after the partial answer
+        raise NotContinuable(f"constrained output ({constrained[0]}) cannot be resumed")
     sent = transcript.output_events
     text = "".join(transcript.text)
     if transcript.chat:
@@ -155,8 +169,8 @@ def continuation_body(request: bytes, transcript: Transcript) -> bytes:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
-        if not isinstance(prompt, str) or body.get("echo"):
-            raise NotContinuable("only a text prompt without echo can be extended")
+        if not isinstance(prompt, str):
+            raise NotContinuable("only a text prompt can be extended")
         body["prompt"] = prompt + text
         limits = ("max_tokens",)
     for name in limits:
@@ -172,6 +186,13 @@ def continuation_body(request: bytes, transcript: Transcript) -> bytes:
     options["include_usage"] = True  # the splice needs the continuation's count
     body["stream_options"] = options
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _constrains(value: Any) -> bool:
+    """Whether a request field's value constrains the output (`{"type": "text"}` does not)."""
+    if isinstance(value, dict) and value.get("type") == "text":
+        return False
+    return bool(value)
 
 
 def wants_usage(request: bytes) -> tuple[bool, bool]:

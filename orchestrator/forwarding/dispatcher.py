@@ -249,7 +249,10 @@ class Dispatcher:
         now = self._clock.now()
         if now >= request.deadline_s:
             return None
-        decision = self._decide(request, now)
+        try:
+            decision = self._decide(request, now)
+        except OrchestratorError:  # no replica left to take it (the only one drained, say)
+            return None
         for replica in (decision.primary, *decision.fallbacks):
             if replica.replica_id in tried or not self._breakers.allow(replica.replica_id):
                 continue

@@ -75,7 +75,11 @@ class Mover(Protocol):
 
 
 class _StallWatch:
-    """Fails the response when no chunk came for `stall_s`; a chunk only stores the time."""
+    """Fails the response when no chunk came for `stall_s`; a chunk only stores the time.
+
+    Bytes that arrived but are not read yet (a slow client holds the relay back) are not a
+    stall: the replica is fine, and the client's own slow-reader bound applies instead.
+    """
 
     __slots__ = ("_handle", "_loop", "_response", "_stall_s", "last_s")
 
@@ -87,6 +91,8 @@ class _StallWatch:
         self._handle = self._loop.call_at(self.last_s + stall_s, self._check)
 
     def _check(self) -> None:
+        if self._response.unread:
+            self.last_s = self._loop.time()
         due_s = self.last_s + self._stall_s
         if self._loop.time() >= due_s:
             self._response.fail(UpstreamStalled(f"no chunk for {self._stall_s:.3g} s"))
@@ -314,7 +320,11 @@ class StreamRelay:
         sent_tokens = transcript.output_events
         self._close_attempt(ok=False, replica_failed=kind is not None, tokens=sent_tokens)
         started_s = self._ledger.now()
-        moved = await mover.move(body, reason)
+        try:
+            moved = await mover.move(body, reason)
+        except BaseException:  # cancelled (the client left) or broken: still end the stream once
+            self._ended(sent_tokens)
+            raise
         if moved is None:
             self._ledger.migrated(reason, "failed")
             self._ended(sent_tokens)

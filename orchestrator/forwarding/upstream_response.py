@@ -61,6 +61,11 @@ class UpstreamResponse:
         """The whole body arrived and has been read."""
         return self._complete and not self._pieces
 
+    @property
+    def unread(self) -> bool:
+        """Body bytes arrived that nobody has read yet (the reader, not the replica, is behind)."""
+        return bool(self._pieces)
+
     async def read(self, limit: int | None = None) -> bytes:
         """The whole (rest of the) body, if within `limit` bytes (default: the pool's cap on an
         answer); a larger one raises `UpstreamMalformed` as soon as its length says so."""

@@ -87,7 +87,9 @@ class FleetState:
             stats.in_flight += 1
             stats.started_total += 1
             stats.count_in(target_tpot_s)
-            self._count(target_tpot_s, 1)
+        # Counted whether or not the replica is still in the table: the forwarder finishes every
+        # request it started, and `finished` takes it back the same way.
+        self._count(target_tpot_s, 1)
 
     def first_token(self, replica: Replica, ttft_s: float) -> None:
         stats = self._stats.get(replica.replica_id)
@@ -103,12 +105,12 @@ class FleetState:
         tpot_s: float | None,
         target_tpot_s: float = MLPERF_TPOT_S,
     ) -> None:
+        self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
         stats.in_flight = max(0, stats.in_flight - 1)
         stats.count_out(target_tpot_s)
-        self._count(target_tpot_s, -1)
         stats.finished_total += 1
         stats.output_tokens_total += output_tokens
         if not ok:
@@ -168,7 +170,7 @@ class FleetState:
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
         usable = [stats for stats in every if not stats.circuit_open]
-        held = [i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight]
+        held = {i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight}
         capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
             stats.reserved_tpot_s = math.inf

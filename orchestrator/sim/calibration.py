@@ -28,7 +28,8 @@ from orchestrator.core.generations import Generation
 from orchestrator.fleet.figures import FleetFigures, LatencyTarget, load_figures
 from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.fleet.workload import SampleLengths, WorkloadSampler
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.virtual import VirtualRun, percentile, run_virtual
 
 MIN_DURATION_S = 600.0

@@ -13,8 +13,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from orchestrator.core.clock import Clock, MonotonicClock
-from orchestrator.sim.batcher import SimBatcher, SimRequest, StepOutcome
+from orchestrator.sim.batcher import SimBatcher
 from orchestrator.sim.metrics import EngineGauges, SimEngineMetrics
+from orchestrator.sim.sequences import SimRequest, StepOutcome
 
 MAX_CATCH_UP_S = 0.25
 

@@ -23,12 +23,12 @@ from aiohttp import web
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.response_events import sse_event
 from orchestrator.fleet.workload import WorkloadSampler
-from orchestrator.sim.batcher import SimRequest
 from orchestrator.sim.body import check_model, json_body
 from orchestrator.sim.live import LiveEngine
 from orchestrator.sim.planning import Limits, OutputStream, Plan, plan_request
 from orchestrator.sim.protocol import ResponsesRequest, parse_body
 from orchestrator.sim.response_events import ResponseBuilder
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.text import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REPLY, text_tokens
 from orchestrator.sim.tools import chosen_tool, function_tools
 

@@ -28,7 +28,6 @@ from orchestrator import __version__
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import code_of_status, openai_error, served_error
 from orchestrator.fleet.workload import WorkloadSampler
-from orchestrator.sim.batcher import SimRequest
 from orchestrator.sim.body import check_model, json_body
 from orchestrator.sim.completion_shapes import CompletionShape, sse
 from orchestrator.sim.continuation import chat_continuation, chat_skip, prompt_skip
@@ -42,6 +41,7 @@ from orchestrator.sim.protocol import (
     parse_body,
 )
 from orchestrator.sim.responses import ResponsesApi
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.text import chat_prompt_tokens, text_tokens
 from orchestrator.sim.tokens import decode, encode, encode_chat
 from orchestrator.sim.tools import FunctionTool, chosen_tool, function_tools

@@ -430,6 +430,25 @@ def test_every_problem_is_reported_at_once_one_per_line() -> None:
     assert error.param == error.problems[0].path
 
 
+def test_cross_field_problems_are_found_among_the_parts_of_a_malformed_document() -> None:
+    document = good(controlPlane={"grpcPort": 8000}, exporters={"port": "any"})
+    document["router"] = None  # refused, and read as its default ports
+    document["pools"][2]["generation"] = "MI999X"
+    document["pools"][2]["endpoints"] = ["http://10.1.0.9:8000", "http://10.1.0.9:8000/", 3]
+    document["sites"]["kr"]["rttMs"]["eu"] = -1
+    lines = refusal(document).message.splitlines()
+    assert sorted(line.removeprefix("orchestrator.yaml: ").split(":")[0] for line in lines) == [
+        "controlPlane.grpcPort",  # also the router's default httpPort
+        "exporters.port",
+        "pools[2].endpoints[1]",  # listed twice, in a pool whose generation is bad
+        "pools[2].endpoints[2]",
+        "pools[2].generation",
+        "router",
+        "sites.kr.rttMs.eu",  # negative, and no such site: both said
+        "sites.kr.rttMs.eu",
+    ], lines
+
+
 def test_yaml_syntax_errors_give_line_and_column() -> None:
     error = refusal("apiVersion: orchestrator/v1alpha1\nkind: Orchestrator\nsites: {kr: [\n")
     assert "YAML syntax error at line 4, column 1" in error.message

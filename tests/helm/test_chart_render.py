@@ -67,6 +67,7 @@ def test_defaults_run_ray_as_a_statefulset_with_a_worker_group_per_pool() -> Non
         "llm-orchestrator-ray-head",
         "llm-orchestrator-control-plane",
         "llm-orchestrator-router",
+        "llm-orchestrator-router-metrics",  # ClusterIP only, for Prometheus
     }
     assert rendered.named("HorizontalPodAutoscaler", "llm-orchestrator-router")
     assert rendered.named("PodDisruptionBudget", "llm-orchestrator-router")
@@ -98,10 +99,20 @@ def test_monitoring_on_renders_monitors_rules_from_the_rules_file_and_dashboards
     (pod_monitor,) = rendered.of_kind("PodMonitor")
     assert service_monitor["metadata"]["labels"]["release"] == "monitoring"
     assert service_monitor["spec"]["endpoints"][0]["port"] == "metrics"  # not the API port
-    (service,) = [
-        s for s in rendered.of_kind("Service") if s["metadata"]["name"].endswith("router")
+    services = {s["metadata"]["name"]: s["spec"] for s in rendered.of_kind("Service")}
+    api, metrics = services["llm-orchestrator-router"], services["llm-orchestrator-router-metrics"]
+    assert "metrics" not in {p["name"] for p in api["ports"]}  # not where API clients come
+    assert metrics["type"] == "ClusterIP"
+    assert {p["name"]: p["targetPort"] for p in metrics["ports"]} == {"metrics": "metrics"}
+    assert metrics["selector"] == api["selector"]
+    (monitored,) = [  # the ServiceMonitor finds the metrics Service by its labels
+        name
+        for name, spec in services.items()
+        if service_monitor["spec"]["selector"]["matchLabels"].items()
+        <= rendered.named("Service", name)["metadata"]["labels"].items()
+        and "metrics" in {p["name"] for p in spec["ports"]}
     ]
-    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}["metrics"] == "metrics"
+    assert monitored == "llm-orchestrator-router-metrics"
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     (rule,) = rendered.of_kind("PrometheusRule")
     source = yaml.safe_load(

@@ -229,7 +229,16 @@ def test_network_policies_select_only_this_release() -> None:
     }
     router = next(p for p in policies if p["metadata"]["name"] == "llm-orchestrator-router")
     ports = [port["port"] for port in router["spec"]["ingress"][0]["ports"]]
-    assert ports == ["http", "grpc", "metrics"]
+    assert ports == ["http", "grpc"]  # from anywhere
+    assert len(router["spec"]["ingress"]) == 1, (
+        "no metrics port without networkPolicy.prometheusFrom"
+    )
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    opened = render({"networkPolicy": {"prometheusFrom": peers}}).named(
+        "NetworkPolicy", "llm-orchestrator-router"
+    )
+    metrics_rule = opened["spec"]["ingress"][1]
+    assert metrics_rule == {"from": peers, "ports": [{"port": "metrics", "protocol": "TCP"}]}
 
 
 def pod_labels(rendered: Rendered, kind: str, name: str) -> dict[str, str]:

@@ -17,7 +17,8 @@ from live_fleet import LiveReplica, live_fleet, metric_sum
 
 from orchestrator.core.generations import Generation
 from orchestrator.fleet.step_cost import StepCostModel
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.virtual import percentile, run_virtual
 
 pytestmark = pytest.mark.slow

@@ -93,6 +93,17 @@ def test_a_text_completion_continues_with_the_extended_prompt() -> None:
             chat_chunk({"content": "x"}),
             "left",
         ),
+        (json.dumps({"messages": [], "echo": True}).encode(), chat_chunk({"content": "x"}), "echo"),
+        (
+            json.dumps({"messages": [], "response_format": {"type": "json_object"}}).encode(),
+            chat_chunk({"content": "{"}),
+            "constrained output \\(response_format\\)",
+        ),
+        (
+            json.dumps({"messages": [], "guided_regex": "[a-z]+"}).encode(),
+            chat_chunk({"content": "x"}),
+            "guided_regex",
+        ),
     ],
 )
 def test_what_cannot_be_continued_is_refused_with_its_reason(
@@ -130,3 +141,13 @@ def test_the_splice_drops_the_usage_the_client_did_not_ask_for() -> None:
     usage = {"prompt_tokens": 15, "completion_tokens": 4, "total_tokens": 19}
     out = splicer.feed(event({"id": "x", "choices": [], "usage": usage}) + b"data: [DONE]\n\n")
     assert events_of(out) == ["[DONE]"]
+
+
+def test_a_plain_text_response_format_still_continues() -> None:
+    request = json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}}
+    ).encode()
+    transcript = Transcript(chat=True)
+    transcript.feed(chat_chunk({"role": "assistant", "content": "Hel"}))
+    body = json.loads(continuation_body(request, transcript))
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hel"}

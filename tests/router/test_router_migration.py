@@ -399,3 +399,32 @@ def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
         assert read.gap_s < SETTINGS.stall_timeout_s + 2.0
     if fault != "SIGKILL":
         fleet.settle()
+
+
+def test_a_stream_with_no_replica_left_to_move_to_ends_with_the_error_event_and_frees_its_slot(
+    fleet: Fleet,
+) -> None:
+    """Every replica drains at once: the move finds no candidate; the client still gets the
+    terminal error event (not a cut body) and the stream's admission slot comes back."""
+    admission = fleet.router.service.admission
+    before = fleet.router.metric(
+        "orchestrator_router_migrations_total", reason="drain", outcome="failed"
+    )
+
+    def drain_all(_replica: str) -> None:
+        for replica_id in fleet.ids:
+            fleet.drain(replica_id)
+
+    try:
+        with pytest.raises(openai.APIError) as raised:
+            moved_stream(fleet, 7, drain_all)
+        assert not isinstance(raised.value, openai.APIConnectionError), raised.value
+    finally:
+        for replica_id in fleet.ids:
+            if fleet.ids[replica_id].process.poll() is None:
+                fleet.drain(replica_id, ReplicaState.READY)
+    assert wait_until(lambda: admission.active() == 0 and not fleet.serving(), 5.0)
+    failed = fleet.router.metric(
+        "orchestrator_router_migrations_total", reason="drain", outcome="failed"
+    )
+    assert failed == before + 1

@@ -16,7 +16,8 @@ from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.fleet.workload import WorkloadSampler
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.stats import ReplicaStats
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 
 TARGET_TPOT_S = 0.080
 SCRAPE_S = 1.0

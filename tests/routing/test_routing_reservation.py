@@ -55,3 +55,17 @@ def test_tight_work_among_loose_work_reserves_the_fast_replica_and_loose_work_go
     for _ in range(3):
         fleet.finished(slow, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=LOOSE)
     assert all(c.stats.reserved_tpot_s == float("inf") for c in candidates)
+
+
+def test_requests_that_finish_after_their_replica_left_the_table_end_the_reservation() -> None:
+    fast, slow = replica("fast", Generation.MI355X), replica("slow", Generation.MI300X)
+    fleet = FleetState()
+    fleet.sync(table([fast, slow]))
+    fleet.started(fast, TIGHT)
+    fleet.started(slow, LOOSE)
+    candidates = fleet.candidates(table([fast, slow], version=2))
+    assert any(c.stats.reserved_tpot_s == TIGHT for c in candidates)
+    fleet.sync(table([fast], version=3))  # the slow replica leaves with its request in flight
+    fleet.finished(slow, ok=False, output_tokens=0, tpot_s=None, target_tpot_s=LOOSE)
+    remaining = fleet.candidates(table([fast], version=3))
+    assert all(c.stats.reserved_tpot_s == float("inf") for c in remaining)  # one target again

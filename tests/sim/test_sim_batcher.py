@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.generations import Generation
 from orchestrator.fleet.step_cost import StepCostModel
-from orchestrator.sim.batcher import SimBatcher, SimRequest, StepOutcome, StepPlan
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest, StepOutcome, StepPlan
 from orchestrator.sim.virtual import run_virtual
 
 COST = StepCostModel.for_generation(Generation.MI300X)

@@ -10,7 +10,8 @@ from orchestrator.bench.simulate.samples import UnitStream, stream_arrivals
 from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.fleet.workload import WorkloadSampler
 from orchestrator.routing.sampling import sample
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 
 
 def _requests(seed: int, count: int, rate_per_s: float) -> list[SimRequest]:

@@ -13,8 +13,9 @@ from replica_server import replica
 
 from orchestrator.core.generations import Generation
 from orchestrator.fleet.step_cost import StepCostModel
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
 from orchestrator.sim.replica import ReplicaSettings
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.virtual import run_virtual
 
 pytestmark = pytest.mark.slow

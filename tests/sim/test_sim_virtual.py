@@ -9,7 +9,8 @@ import pytest
 
 from orchestrator.core.generations import Generation
 from orchestrator.fleet.step_cost import StepCostModel
-from orchestrator.sim.batcher import SimBatcher, SimRequest
+from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.sequences import SimRequest
 from orchestrator.sim.virtual import percentile, run_virtual
 
 COST = StepCostModel.for_generation(Generation.MI300X)

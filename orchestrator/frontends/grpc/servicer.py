@@ -29,6 +29,7 @@ from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
 from orchestrator.admission.errors import Refused
 from orchestrator.core.errors import ErrorCode, OrchestratorError
+from orchestrator.core.openai_errors import log_unhandled
 from orchestrator.core.records import Replica
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.stored_responses import check_response_id
@@ -91,8 +92,8 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
                 context.set_trailing_metadata(((RETRY_AFTER_KEY, error.retry_after_header),))
             self.count(code)
             await context.abort(code, details)
-        except Exception:
-            log.exception("unhandled error serving GetResponse")
+        except Exception as error:
+            log_unhandled(log, error, "GetResponse")
             self.count(grpc.StatusCode.INTERNAL)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error")
         self.count(grpc.StatusCode.OK)
@@ -126,8 +127,8 @@ class RouterServicer(pb_grpc.RouterServiceServicer):
             expired = remaining_s is not None and remaining_s <= 0
             code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
             raise
-        except Exception:
-            log.exception("unhandled error serving %s", name)
+        except Exception as error:
+            log_unhandled(log, error, name)
             code = grpc.StatusCode.INTERNAL
             await context.abort(code, "internal error")
         finally:
