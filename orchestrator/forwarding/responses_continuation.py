@@ -13,7 +13,8 @@ the continuation's prompt less those.
 Not continuable (`NotContinuable`): a function call in the output (a chat continuation cannot
 extend one), a request with tools (its continuation could call one, which is not rendered), a
 structured `text.format`, input items other than text messages (function calls and their
-outputs, reasoning, images, files), no tokens left to ask for. Transport-free and pure.
+outputs, reasoning, images, files), no tokens left to ask for. A stream cut while an item was
+closing goes on with the rest of its closing events. Transport-free and pure.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class ResponsesTranscript:
     response: dict[str, Any] | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     open_item: bool = False  # the last item has not been closed
-    closing: bool = False  # its closing events began
+    closing_sent: int = 0  # closing events of that item sent (its text's done, its part's)
     sequence: int = -1
     output_events: int = 0
     reasoning_events: int = 0
@@ -102,7 +103,7 @@ class ResponsesTranscript:
             if item.get("type") not in ("message", "reasoning"):
                 self.blocker = f"a {item.get('type')} item was being streamed"
             self.items.append(item)
-            self.open_item, self.closing = True, False
+            self.open_item, self.closing_sent = True, 0
         elif kind == "response.content_part.added":
             self.items[event["output_index"]]["content"].append(copy.deepcopy(event["part"]))
         elif kind in _DELTAS:
@@ -113,10 +114,10 @@ class ResponsesTranscript:
         elif kind == "response.function_call_arguments.delta":
             self.output_events += 1
         elif kind in _CLOSING:
-            self.closing = True
+            self.closing_sent += 1
         elif kind == "response.output_item.done":
             self.items[event["output_index"]] = copy.deepcopy(event["item"])
-            self.open_item = self.closing = False
+            self.open_item, self.closing_sent = False, 0
 
     def texts(self) -> tuple[str, str]:
         """The reasoning and the answer sent so far."""
@@ -141,8 +142,6 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
         raise NotContinuable(transcript.blocker)
     if transcript.response is None:
         raise NotContinuable("the response was not announced yet")
-    if transcript.closing:
-        raise NotContinuable("the stream broke while an item was closing")
     try:
         body = json.loads(request)
     except ValueError:
@@ -227,17 +226,23 @@ class ResponsesSplicer:
     """Renders a chat continuation's SSE bytes as the rest of the client's Responses stream.
 
     `feed` takes bytes as they arrive and returns whole rendered events (b"" when none is whole
-    yet); `rest` has nothing to return: a partial chat event has no Responses rendering.
+    yet), led by the rest of the closing events of an item the first attempt was closing; `rest`
+    has nothing to return: a partial chat event has no Responses rendering.
     """
 
-    __slots__ = ("_builder", "_carry", "_ended", "_finish", "_reasoning", "_sent", "_usage")
+    __slots__ = (
+        "_builder", "_carry", "_ended", "_finish", "_pending", "_reasoning", "_sent", "_usage"
+    )  # fmt: skip
 
     def __init__(self, transcript: ResponsesTranscript) -> None:
         assert transcript.response is not None
         body = copy.deepcopy(transcript.response)
         body["output"] = copy.deepcopy(transcript.items)
-        self._builder = ResponseEvents(body, sequence=transcript.sequence + 1)
+        closed = transcript.closing_sent  # numbered again as they were, then left out
+        self._builder = ResponseEvents(body, sequence=transcript.sequence + 1 - closed)
         self._builder.resume(transcript.open_item)
+        closing = self._builder.close()[closed:] if closed else []
+        self._pending = b"".join(map(sse_event, closing))
         self._sent = transcript.output_events
         self._reasoning = transcript.reasoning_events  # reasoning deltas, sent and rendered
         self._finish: str | None = None
@@ -246,13 +251,14 @@ class ResponsesSplicer:
         self._carry = b""
 
     def feed(self, data: bytes) -> bytes:
+        pending, self._pending = self._pending, b""
         data = self._carry + data
         cut = data.rfind(EVENT_END)
         if cut < 0:
             self._carry = data
-            return b""
+            return pending
         self._carry = data[cut + 2 :]
-        return b"".join(self._render(event) for event in data[:cut].split(EVENT_END))
+        return pending + b"".join(self._render(event) for event in data[:cut].split(EVENT_END))
 
     def rest(self) -> bytes:
         self._carry = b""

@@ -242,14 +242,33 @@ def test_what_cannot_be_continued_is_refused_with_its_reason(
         )
 
 
-def test_an_ended_stream_or_one_that_broke_while_closing_an_item_is_not_continued() -> None:
+def test_an_ended_stream_is_not_continued() -> None:
     builder = ResponseEvents(replica_response())
     events = builder.start() + builder.add("x") + builder.end("completed", None)
-    ended = b"".join(map(sse_event, events))
-    closing = b"".join(map(sse_event, events[:-3]))  # the text's done event, not the item's
-    for sent, why in ((ended, "ended"), (closing, "closing")):
-        with pytest.raises(NotContinuable, match=why):
-            responses_continuation_body(json.dumps(REQUEST).encode(), transcript_of(sent))
+    with pytest.raises(NotContinuable, match="ended"):
+        responses_continuation_body(
+            json.dumps(REQUEST).encode(), transcript_of(b"".join(map(sse_event, events)))
+        )
+
+
+@pytest.mark.parametrize("closing_sent", [1, 2])
+def test_a_stream_cut_while_an_item_was_closing_goes_on_with_the_rest_of_its_closing(
+    closing_sent: int,
+) -> None:
+    builder = ResponseEvents(replica_response())
+    events = builder.start() + builder.add(" think")
+    closing = builder.close()  # the text's done, the part's done, the item's done
+    sent = b"".join(map(sse_event, events + closing[:closing_sent]))
+    splicer = ResponsesSplicer(transcript_of(sent))
+    usage = {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}
+    read = parsed(sent + splicer.feed(chat_stream([("", " The")], "stop", usage)))
+    assert [e["sequence_number"] for e in read] == list(range(len(read)))
+    assert [e["type"] for e in read[len(events) : len(events) + 3]] == [e["type"] for e in closing]
+    output = read[-1]["response"]["output"]
+    assert [(i["type"], i["content"][0]["text"]) for i in output] == [
+        ("reasoning", " think"),
+        ("message", " The"),
+    ]
 
 
 def test_an_error_from_the_continuation_ends_the_stream_with_the_next_numbered_error_event() -> (
