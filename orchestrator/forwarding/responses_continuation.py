@@ -10,10 +10,11 @@ response holds the whole items and a usage whose output tokens add the ones sent
 move (counted as delta events, one token each) to the continuation's, and whose input tokens are
 the continuation's prompt less those.
 
-Not continuable (`NotContinuable`): a function call in the output (a chat continuation cannot
-extend one), a request with tools (its continuation could call one, which is not rendered), a
-structured `text.format`, input items other than text messages (function calls and their
-outputs, reasoning, images, files), no tokens left to ask for. A stream cut while an item was
+A request's function tools go along (as chat tools), and a call the continuation makes is
+rendered as a function_call item. Not continuable (`NotContinuable`): a function call already in
+the output (a chat continuation cannot extend one), tools other than functions, a structured
+`text.format`, input items other than text messages (function calls and their outputs,
+reasoning, images, files), no tokens left to ask for. A stream cut while an item was
 closing goes on with the rest of its closing events. Transport-free and pure.
 """
 
@@ -27,7 +28,7 @@ from typing import Any, Final
 
 from orchestrator.core.errors import ErrorCode
 from orchestrator.core.openai_errors import code_of_status
-from orchestrator.core.response_events import ResponseEvents, sse_event
+from orchestrator.core.response_events import ResponseEvents, new_id, sse_event
 from orchestrator.forwarding.continuation import EVENT_END, NotContinuable, sse_payload
 
 _DONE: Final = b"[DONE]"
@@ -148,8 +149,6 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
         raise NotContinuable("the request body is not JSON") from None
     if not isinstance(body, dict):
         raise NotContinuable("the request body is not an object")
-    if body.get("tools") and body.get("tool_choice") != "none":
-        raise NotContinuable("a request with tools: its continuation could call one")
     text_format = (body.get("text") or {}).get("format") or {"type": "text"}
     if text_format.get("type") != "text":
         raise NotContinuable("a structured text.format")
@@ -165,6 +164,11 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
         "stream": True,
         "stream_options": {"include_usage": True},  # the render needs the continuation's count
     }
+    if body.get("tools"):
+        chat["tools"] = _chat_tools(body["tools"])
+        chat["tool_choice"] = _chat_tool_choice(body.get("tool_choice", "auto"))
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
     effort = _effort(body) or _effort(transcript.response)  # the effort the replica used
     if effort is not None:
         chat["reasoning_effort"] = effort
@@ -178,6 +182,28 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
     if isinstance(body.get("min_tokens"), int):
         chat["min_tokens"] = max(0, body["min_tokens"] - sent)
     return json.dumps(chat, separators=(",", ":")).encode()
+
+
+def _chat_tools(tools: Any) -> list[dict[str, Any]]:
+    """Responses function tools as chat tools (the function's fields one level down)."""
+    converted = []
+    for tool in tools if isinstance(tools, list) else ():
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function" or not isinstance(tool.get("name"), str):
+            raise NotContinuable(f"a tool of type `{kind}` (only functions convert)")
+        function = {
+            k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool
+        }
+        converted.append({"type": "function", "function": function})
+    return converted
+
+
+def _chat_tool_choice(choice: Any) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise NotContinuable("a tool_choice other than a mode or a function")
 
 
 def _effort(holder: Mapping[str, Any]) -> str | None:
@@ -231,7 +257,8 @@ class ResponsesSplicer:
     """
 
     __slots__ = (
-        "_builder", "_carry", "_ended", "_finish", "_pending", "_reasoning", "_sent", "_usage"
+        "_builder", "_call", "_carry", "_ended", "_finish", "_pending", "_reasoning", "_sent",
+        "_usage",
     )  # fmt: skip
 
     def __init__(self, transcript: ResponsesTranscript) -> None:
@@ -246,6 +273,7 @@ class ResponsesSplicer:
         self._sent = transcript.output_events
         self._reasoning = transcript.reasoning_events  # reasoning deltas, sent and rendered
         self._finish: str | None = None
+        self._call: int | None = None  # the index of the tool call being rendered
         self._usage: dict[str, Any] | None = None
         self._ended = False
         self._carry = b""
@@ -287,10 +315,28 @@ class ResponsesSplicer:
             delta = choice.get("delta") or {}
             reasoning = next((delta[k] for k in _REASONING_KEYS if delta.get(k)), "")
             self._reasoning += bool(reasoning)
+            if reasoning or delta.get("content"):
+                self._call = None  # a call after this text is a new item
             events += self._builder.add(reasoning=reasoning, content=delta.get("content") or "")
+            for call in delta.get("tool_calls") or ():
+                events += self._tool_call(call)
             if choice.get("finish_reason") is not None:
                 self._finish = choice["finish_reason"]
         return b"".join(map(sse_event, events))
+
+    def _tool_call(self, call: Any) -> list[dict[str, Any]]:
+        """A chat tool call's delta as function_call events (a new index: a new item)."""
+        if not isinstance(call, dict):
+            return []
+        function = call.get("function") or {}
+        events = []
+        if call.get("index", 0) != self._call:
+            self._call = call.get("index", 0)
+            events += self._builder.close()
+            self._builder.call_name = str(function.get("name") or "")
+            self._builder.call_id = str(call.get("id") or new_id("call"))
+            events += self._builder.into("function_call")
+        return events + self._builder.add(arguments=function.get("arguments") or "")
 
     def _end(self) -> list[dict[str, Any]]:
         usage = None if self._usage is None else self._moved_usage(self._usage)

@@ -7,6 +7,7 @@ The simulated model writes a deterministic token sequence per request and seed; 
 given its first k tokens writes tokens k.. of that same sequence, so a stream moved between
 replicas mid-way reads as one replica's. Its usage counts the k tokens as prompt, as vLLM's does
 (the continued text is prompt to the engine), so prompt plus completion adds up to the whole.
+With tools, the continued answer makes the call the whole one makes (`server.py` plans it so).
 """
 
 from __future__ import annotations

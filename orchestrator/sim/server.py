@@ -178,10 +178,11 @@ async def _write_events(
     await response.write_eof()
 
 
-def _chat_tool(body: ChatCompletionRequest) -> FunctionTool | None:
+def _chat_tool(body: ChatCompletionRequest, continued: bool) -> FunctionTool | None:
+    """The tool the answer calls; a continuation's answer follows the message before its own."""
     tools = function_tools(body.tools, chat=True)
-    last_role = body.messages[-1].role
-    return chosen_tool(tools, body.tool_choice, user_turn_last=last_role in USER_ROLES)
+    asking = body.messages[-2] if continued and len(body.messages) > 1 else body.messages[-1]
+    return chosen_tool(tools, body.tool_choice, user_turn_last=asking.role in USER_ROLES)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -200,7 +201,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body.stops,
         body.reasoning_effort,
     )
-    tool = _chat_tool(body)
+    tool = _chat_tool(body, continued is not None)
     if continued is None:
         plan = request_plan(request.app, prompt_tokens, limits, param="messages", tool=tool)
         return await _generate(request, body, plan, chat=True)
@@ -208,9 +209,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     limits = _seeded(request.app, limits)
     unbounded = dataclasses.replace(limits, max_tokens=None, stops=())  # seeds alone
     given = chat_skip(
-        request_plan(request.app, prompt_tokens, unbounded, param="messages"), continued
+        request_plan(request.app, prompt_tokens, unbounded, param="messages", tool=tool), continued
     )
-    plan = request_plan(request.app, prompt_tokens, _widened(limits, given), param="messages")
+    widened = _widened(limits, given)
+    plan = request_plan(request.app, prompt_tokens, widened, param="messages", tool=tool)
     return await _generate(request, body, plan, chat=True, skip=chat_skip(plan, continued))
 
 

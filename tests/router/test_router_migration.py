@@ -375,6 +375,37 @@ def test_a_responses_stream_whose_input_a_chat_cannot_express_ends_with_the_erro
     fleet.settle()
 
 
+def test_a_responses_stream_with_tools_continues_into_the_call_it_would_have_made(
+    fleet: Fleet, oracle: openai.OpenAI
+) -> None:
+    tool = {
+        "type": "function",
+        "name": "fleet_capacity",
+        "parameters": {"type": "object", "properties": {"site": {"type": "string"}},
+                       "required": ["site"]},
+    }  # fmt: skip
+    body = responses_request(343) | {"tools": [tool]}
+    replay = oracle.responses.create(**body)  # type: ignore[call-overload]
+    assert replay.usage is not None
+    assert [i.type for i in replay.output] == ["reasoning", "function_call"]
+    before = migrations(fleet, "drain")
+    fault_after = replay.usage.output_tokens_details.reasoning_tokens // 2
+    read = faulted_events(fleet, body, fault_after, "drain")
+    assert migrations(fleet, "drain") == before + 1  # it moved in its reasoning
+    assert read.numbers == list(range(len(read.numbers)))
+    assert read.final is not None and read.final.usage is not None
+    (reasoning, call), (replayed_reasoning, replayed_call) = read.final.output, replay.output
+    assert reasoning.content == replayed_reasoning.content  # type: ignore[union-attr]
+    assert (call.name, call.arguments, call.status) == (  # type: ignore[union-attr]
+        replayed_call.name,  # type: ignore[union-attr]
+        replayed_call.arguments,  # type: ignore[union-attr]
+        "completed",
+    )
+    usage = read.final.usage.model_dump(exclude_none=True)
+    assert usage == replay.usage.model_dump(exclude_none=True)
+    fleet.settle()
+
+
 @pytest.mark.parametrize("fault", ["drain", "SIGSTOP", "SIGKILL"])  # the kills last: they stay dead
 def test_a_stream_continues_elsewhere_when_its_replica_stalls_drains_or_dies(
     fleet: Fleet, oracle: openai.OpenAI, fault: str

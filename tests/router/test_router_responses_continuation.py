@@ -216,7 +216,7 @@ def function_call_sent() -> bytes:
     ("request_fields", "sent", "why"),
     [
         ({}, function_call_sent(), "function_call item"),
-        ({"tools": [{"type": "function", "name": "f"}]}, first_attempt([("x", "")]), "tools"),
+        ({"tools": [{"type": "web_search"}]}, first_attempt([("x", "")]), "web_search"),
         (
             {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
             first_attempt([("x", "")]),
@@ -287,3 +287,48 @@ def test_an_error_from_the_continuation_ends_the_stream_with_the_next_numbered_e
             "param": None,
         }
     ]
+
+
+def test_function_tools_go_along_and_a_call_the_continuation_makes_is_a_function_call_item() -> (
+    None
+):
+    tool = {"type": "function", "name": "capacity", "parameters": {"type": "object"}}
+    request = REQUEST | {"tools": [tool], "tool_choice": {"type": "function", "name": "capacity"}}
+    transcript = transcript_of(first_attempt([(" think", "")]))
+    body = json.loads(responses_continuation_body(json.dumps(request).encode(), transcript))
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": "capacity", "parameters": {"type": "object"}}}
+    ]
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "capacity"}}
+    splicer = ResponsesSplicer(transcript)
+    calls = [
+        {"index": 0, "id": "call_9", "type": "function", "function": {"name": "capacity"}},
+        {"index": 0, "function": {"arguments": '{"site":'}},
+        {"index": 0, "function": {"arguments": ' "a"}'}},
+    ]
+    envelope = {"id": "chatcmpl-second", "created": 200, "model": "m"}
+    chunks = [{"reasoning": " more"}] + [{"tool_calls": [call]} for call in calls]
+    chat = b"".join(
+        b"data: "
+        + json.dumps(
+            {**envelope, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+        ).encode()
+        + b"\n\n"
+        for d in chunks
+    )
+    usage = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+    chat += b"data: " + json.dumps({**envelope, "choices": [], "usage": usage}).encode() + b"\n\n"
+    events = parsed(splicer.feed(chat + b"data: [DONE]\n\n"))
+    assert [e["sequence_number"] for e in events] == list(
+        range(transcript.sequence + 1, transcript.sequence + 1 + len(events))
+    )
+    (done,) = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert (done["name"], done["arguments"], done["output_index"]) == (
+        "capacity",
+        '{"site": "a"}',
+        1,
+    )
+    output = events[-1]["response"]["output"]
+    assert [i["type"] for i in output] == ["reasoning", "function_call"]
+    assert output[0]["content"][0]["text"] == " think more"
+    assert (output[1]["call_id"], output[1]["status"]) == ("call_9", "completed")

@@ -83,3 +83,27 @@ def test_continuing_and_adding_a_generation_prompt_together_is_refused(
             messages=[*QUESTION, {"role": "assistant", "content": " the"}],
             extra_body={"continue_final_message": True, "add_generation_prompt": True},
         )
+
+
+def test_a_chat_with_tools_continued_in_its_reasoning_makes_the_call_the_whole_answer_makes(
+    client: openai.OpenAI,
+) -> None:
+    schema = {"type": "object", "properties": {"site": {"type": "string"}}, "required": ["site"]}
+    tools = [{"type": "function", "function": {"name": "capacity", "parameters": schema}}]
+    fields = {"tools": tools, "reasoning_effort": "low", "seed": 11}
+    whole = client.chat.completions.create(model=MODEL_NAME, messages=QUESTION, **fields)  # type: ignore[call-overload]
+    reasoning = (whole.choices[0].message.model_extra or {})["reasoning"]
+    (call,) = whole.choices[0].message.tool_calls
+    final = {"role": "assistant", "content": "", "reasoning": reasoning[: len(reasoning) // 2]}
+    rest = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[*QUESTION, final],
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+        **fields,
+    )
+    (continued,) = rest.choices[0].message.tool_calls
+    assert rest.choices[0].finish_reason == "tool_calls"
+    assert (continued.function.name, continued.function.arguments) == (
+        call.function.name,
+        call.function.arguments,
+    )
