@@ -149,8 +149,9 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
         raise NotContinuable("the request body is not JSON") from None
     if not isinstance(body, dict):
         raise NotContinuable("the request body is not an object")
-    text_format = (body.get("text") or {}).get("format") or {"type": "text"}
-    if text_format.get("type") != "text":
+    text = body.get("text")
+    text_format = text.get("format") if isinstance(text, dict) else None
+    if isinstance(text_format, dict) and text_format.get("type", "text") != "text":
         raise NotContinuable("a structured text.format")
     reasoning, answer = transcript.texts()
     final: dict[str, Any] = {"role": "assistant", "content": answer}
@@ -166,7 +167,7 @@ def responses_continuation_body(request: bytes, transcript: ResponsesTranscript)
     }
     if body.get("tools"):
         chat["tools"] = _chat_tools(body["tools"])
-        chat["tool_choice"] = _chat_tool_choice(body.get("tool_choice", "auto"))
+        chat["tool_choice"] = _chat_tool_choice(body.get("tool_choice") or "auto")
         if isinstance(body.get("parallel_tool_calls"), bool):
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
     effort = _effort(body) or _effort(transcript.response)  # the effort the replica used
@@ -312,7 +313,9 @@ class ResponsesSplicer:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = {}
             reasoning = next((delta[k] for k in _REASONING_KEYS if delta.get(k)), "")
             self._reasoning += bool(reasoning)
             if reasoning or delta.get("content"):
@@ -328,7 +331,9 @@ class ResponsesSplicer:
         """A chat tool call's delta as function_call events (a new index: a new item)."""
         if not isinstance(call, dict):
             return []
-        function = call.get("function") or {}
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
         events = []
         if call.get("index", 0) != self._call:
             self._call = call.get("index", 0)

@@ -204,6 +204,8 @@ def test_a_continuation_is_a_chat_that_extends_the_answer_with_the_tokens_left()
     assert (body["seed"], body["temperature"], body["model"]) == (7, 0.5, "m")
     assert body["reasoning_effort"] == "low"  # the effort the first replica announced
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    for odd in ({"text": "plain", "tool_choice": None}, {"text": {"format": None}}):  # as text
+        responses_continuation_body(json.dumps(REQUEST | odd).encode(), transcript)
 
 
 def function_call_sent() -> bytes:
