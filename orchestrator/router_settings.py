@@ -10,7 +10,7 @@ from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.slo import MLPERF_TPOT_S, SloTargets
 from orchestrator.forwarding.breaker import BreakerSettings
-from orchestrator.forwarding.dispatcher import (
+from orchestrator.forwarding.dispatch_settings import (
     DEFAULT_FIRST_BYTE_TIMEOUT_S,
     DEFAULT_MIGRATION_ATTEMPTS,
     DEFAULT_STALL_TIMEOUT_S,

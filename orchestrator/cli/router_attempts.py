@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.core.arg_types import non_negative_float as _timeout
 from orchestrator.core.arg_types import non_negative_int as _non_negative_int
-from orchestrator.forwarding.dispatcher import (
+from orchestrator.forwarding.dispatch_settings import (
     DEFAULT_FIRST_BYTE_TIMEOUT_S,
     DEFAULT_MIGRATION_ATTEMPTS,
     DEFAULT_STALL_TIMEOUT_S,

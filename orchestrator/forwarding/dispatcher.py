@@ -38,10 +38,11 @@ from typing import Final
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import Replica, ReplicaState
-from orchestrator.core.slo import SloTarget, SloTargets
+from orchestrator.core.slo import SloTarget
 from orchestrator.forwarding.attempts import AttemptFailed, Ledger, UpstreamErrorKind
 from orchestrator.forwarding.breaker import CircuitBreakers
 from orchestrator.forwarding.continuation import StreamTranscript, Transcript
+from orchestrator.forwarding.dispatch_settings import DispatchSettings
 from orchestrator.forwarding.event_stream import RESPONSES_PATH, framing_for
 from orchestrator.forwarding.metrics import RouterMetrics
 from orchestrator.forwarding.responses_continuation import ResponsesTranscript
@@ -63,39 +64,10 @@ from orchestrator.table.source import TableHolder
 SSE_CONTENT_TYPE: Final = "text/event-stream"
 PINNED_PROFILE: Final = "stored-response"  # the `profile` label of a request sent to its holder
 CHAT_PATH: Final = "/v1/chat/completions"
-DEFAULT_FIRST_BYTE_TIMEOUT_S: Final = 60.0
-DEFAULT_STALL_TIMEOUT_S: Final = 30.0
-DEFAULT_MIGRATION_ATTEMPTS: Final = 2
 _PASSED_HEADERS: Final = (
     ("content-type", "Content-Type"),
     ("content-encoding", "Content-Encoding"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchSettings:
-    """Latency targets per model and class (wall seconds) and the bounds of one attempt.
-
-    `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` a stream's first
-    bytes (a non-streamed answer's first byte comes with its last, so only the deadline bounds
-    it); `stall_timeout_s` the longest gap between a stream's chunks. None: no bound but the
-    deadline. `migration_attempts` caps the replicas tried to continue one stream (0: never),
-    over all its moves.
-    """
-
-    slo: SloTargets
-    connect_timeout_s: float = 2.0
-    first_byte_timeout_s: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
-    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
-    migration_attempts: int = DEFAULT_MIGRATION_ATTEMPTS
-
-    def __post_init__(self) -> None:
-        for name in ("first_byte_timeout_s", "stall_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 (or None), got {value}")
-        if self.migration_attempts < 0:
-            raise ValueError(f"migration_attempts must be >= 0, got {self.migration_attempts}")
 
 
 @dataclass(slots=True)

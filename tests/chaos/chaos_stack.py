@@ -50,6 +50,8 @@ from orchestrator.config.loader import parse_config
 from orchestrator.config.schema import OrchestratorConfig
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.placement import node_groups
+from orchestrator.controlplane.registry_state import DEFAULT_HEARTBEAT_TIMEOUT_S
+from orchestrator.controlplane.replica_actor import DEFAULT_HEARTBEAT_S
 from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.core.records import ReplicaState
 from orchestrator.frontends.http.server import RouterHttpServer
@@ -77,6 +79,10 @@ STALL_TIMEOUT_S = 0.5
 FIRST_BYTE_TIMEOUT_S = 1.0
 SAMPLE_S = 0.05
 DETECT_BOUND_S = 5.0
+# A partitioned site is noticed by its replicas' missed heartbeats: the registry's timeout after
+# the last beat that got through (up to a beat before the cut), then the sweep that finds it and
+# the table pushed to the router, which take a second or two on a loaded 2-core machine.
+PARTITION_DETECT_BOUND_S = DEFAULT_HEARTBEAT_TIMEOUT_S + DEFAULT_HEARTBEAT_S + 2.0
 # Ray's own node failure detection, quickened as `orchestrator up` cannot (1.5 s, not 30 s).
 FAST_FAILURE_DETECTION = {
     "health_check_initial_delay_ms": 0,

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "controlplane"))
 from chaos_stack import (
     DEADLINE_S,
     DETECT_BOUND_S,
+    PARTITION_DETECT_BOUND_S,
     ChaosRow,
     ChaosStack,
     Load,
@@ -217,7 +218,7 @@ def test_site_partitioned_under_load(stack: ChaosStack) -> None:
             recover_s = await stack.until(healed, lambda s: site <= s.routable, 60)
         by = stack.detected_by(faulted, detect_s, site)
         return ChaosRow.of(
-            "site partitioned (netns)", load, detect_s, DETECT_BOUND_S, by, recover_s
+            "site partitioned (netns)", load, detect_s, PARTITION_DETECT_BOUND_S, by, recover_s
         )
 
     check(asyncio.run(scenario()))
