@@ -333,6 +333,9 @@ def test_6_a_stream_broken_mid_event_ends_with_a_whole_error_event(
     error = json.loads(events[-2].removeprefix(b"data: "))  # an event of its own, whole
     assert error["error"]["code"] == 503
     assert all(event.startswith(b"data: ") for event in events)
+    # The partial event the replica broke off in is held back, never sent: every event before
+    # [DONE] parses, so the official client raises the API error, not a JSONDecodeError.
+    assert all(json.loads(event.removeprefix(b"data: ")) for event in events[:-1])
 
 
 def test_7_a_slow_reader_that_is_cut_gets_the_terminal_error_event_first(
