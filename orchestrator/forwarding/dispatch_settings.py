@@ -5,13 +5,20 @@ them without the dispatcher."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
+from orchestrator.config.attempts import (
+    DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    DEFAULT_MIGRATION_ATTEMPTS,
+    DEFAULT_STALL_TIMEOUT_S,
+)
 from orchestrator.core.slo import SloTargets
 
-DEFAULT_FIRST_BYTE_TIMEOUT_S: Final = 60.0
-DEFAULT_STALL_TIMEOUT_S: Final = 30.0
-DEFAULT_MIGRATION_ATTEMPTS: Final = 2
+__all__ = [
+    "DEFAULT_FIRST_BYTE_TIMEOUT_S",
+    "DEFAULT_MIGRATION_ATTEMPTS",
+    "DEFAULT_STALL_TIMEOUT_S",
+    "DispatchSettings",
+]
 
 
 @dataclass(frozen=True, slots=True)
