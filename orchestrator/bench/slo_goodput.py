@@ -50,6 +50,7 @@ from orchestrator.bench.slo_limits import (
     two_class_limit,
 )
 from orchestrator.bench.slo_load import Fleet, Probe, Targets, probe
+from orchestrator.core.arg_types import non_negative_int, positive_float, positive_int
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import Generation
 
@@ -270,25 +271,39 @@ def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--fleet", default="MI355X:2,MI300X:2")
-    parser.add_argument("--time-scale", type=float, default=40.0)
-    parser.add_argument("--ttft", type=float, default=1.0, help="p99 TTFT target, real seconds")
-    parser.add_argument("--tpot", type=float, default=0.014, help="p99 TPOT target, real seconds")
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--output-tokens", type=int, default=16)
-    parser.add_argument("--warmup", type=float, default=25.0, help="wall seconds before measuring")
-    parser.add_argument("--measure", type=float, default=20.0, help="measured wall seconds")
-    parser.add_argument("--drain", type=float, default=25.0, help="wall seconds to finish after")
-    parser.add_argument("--start", type=float, default=0.5, help="first rate, share of the limit")
-    parser.add_argument("--step", type=float, default=1.25)
-    parser.add_argument("--bisect", type=int, default=1)
-    parser.add_argument("--max-probes", type=int, default=6)
+    parser.add_argument("--time-scale", type=positive_float, default=40.0)
+    parser.add_argument(
+        "--ttft", type=positive_float, default=1.0, help="p99 TTFT target, real seconds"
+    )
+    parser.add_argument(
+        "--tpot", type=positive_float, default=0.014, help="p99 TPOT target, real seconds"
+    )
+    parser.add_argument("--prompt-tokens", type=positive_int, default=128)
+    parser.add_argument("--output-tokens", type=positive_int, default=16)
+    parser.add_argument(
+        "--warmup", type=positive_float, default=25.0, help="wall seconds before measuring"
+    )
+    parser.add_argument(
+        "--measure", type=positive_float, default=20.0, help="measured wall seconds"
+    )
+    parser.add_argument(
+        "--drain", type=positive_float, default=25.0, help="wall seconds to finish after"
+    )
+    parser.add_argument(
+        "--start", type=positive_float, default=0.5, help="first rate, share of the limit"
+    )
+    parser.add_argument("--step", type=positive_float, default=1.25)
+    parser.add_argument("--bisect", type=non_negative_int, default=1)
+    parser.add_argument("--max-probes", type=positive_int, default=6)
     parser.add_argument("--routers", default=",".join(ROUTERS))
-    parser.add_argument("--repeat", type=int, default=1, help="searches per router (seeds)")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=1, help="searches per router (seeds)"
+    )
     parser.add_argument("--two-class", action="store_true")
-    parser.add_argument("--batch-ttft", type=float, default=30.0)
-    parser.add_argument("--batch-tpot", type=float, default=0.08)
-    parser.add_argument("--two-class-load", type=float, default=1.5)
-    parser.add_argument("--interactive-share", type=float, default=0.3)
+    parser.add_argument("--batch-ttft", type=positive_float, default=30.0)
+    parser.add_argument("--batch-tpot", type=positive_float, default=0.08)
+    parser.add_argument("--two-class-load", type=positive_float, default=1.5)
+    parser.add_argument("--interactive-share", type=positive_float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
