@@ -45,9 +45,12 @@ class SloReservedFilter:
         """The same sequence back when nothing is reserved, and the same tuple for the same
         reserved replicas: scorers cache per candidate tuple (a hash ring, site indexes)."""
         target = view.target_tpot_s
-        reserved = tuple(c for c in candidates if c.stats.reserved_tpot_s == target)
-        if not reserved:
+        for candidate in candidates:  # the common case, nothing reserved, allocates nothing
+            if candidate.stats.reserved_tpot_s == target:
+                break
+        else:
             return candidates
+        reserved = tuple(c for c in candidates if c.stats.reserved_tpot_s == target)
         last = self._last
         if len(last) == len(reserved) and all(a is b for a, b in zip(last, reserved, strict=True)):
             return last
