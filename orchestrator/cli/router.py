@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.cli import router_attempts, router_limits, router_slo, tls
+from orchestrator.cli import router_attempts, router_limits, router_replicas, router_slo, tls
 from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
 from orchestrator.core.arg_types import port, positive_float, positive_int
 
@@ -13,7 +13,6 @@ def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
 
-    from orchestrator.forwarding.upstream import UpstreamSettings
     from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
     from orchestrator.frontends.http.server import Listen, serve
@@ -25,7 +24,8 @@ def cmd_router(args: argparse.Namespace) -> int:
     settings = RouterSettings(
         latency_scale=args.latency_scale,
         slo=router_slo.targets(args, file_targets),
-        upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
+        breaker=router_replicas.breaker_settings(args),
+        upstream=router_replicas.upstream_settings(args, tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
     )
     settings = router_attempts.with_attempts(settings, args)
@@ -128,4 +128,5 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     router_slo.add_flags(router)
     router_limits.add_flags(router)
     router_attempts.add_flags(router)
+    router_replicas.add_flags(router)
     router.set_defaults(handler=cmd_router)

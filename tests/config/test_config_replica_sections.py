@@ -1,0 +1,69 @@
+"""The `router.breaker` and `router.upstream` sections reach the router: validated with the field
+named, carried as `orchestrator router` flags, and turned into the settings the circuit breakers
+and the connection pool run with."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from orchestrator.cli import build_parser, router_replicas
+from orchestrator.config import ConfigError, default_config, parse_config
+from orchestrator.config.flags import to_flags
+from orchestrator.router_service import RouterSettings
+
+BASE = """apiVersion: orchestrator/v1alpha1
+kind: Orchestrator
+sites: {lab: {}}
+pools: [{name: p, site: lab, generation: MI355X, engine: sim, replicas: 1}]
+"""
+
+
+def router_args(flags: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(["router", "--config", "replicas.yaml", *flags])
+
+
+def test_the_sections_reach_the_breakers_and_the_pool_through_the_flags() -> None:
+    defaults = router_args([*to_flags(default_config().router.breaker)])
+    assert router_replicas.breaker_settings(defaults) == RouterSettings().breaker
+    assert router_replicas.upstream_settings(defaults, None) == RouterSettings().upstream
+    config = parse_config(
+        BASE + "router:\n  breaker: {failureThreshold: 7, openS: 0.25}\n"
+        "  upstream: {limit: 64, limitPerHost: 8, keepaliveS: 1.5, maxAnswerBytes: 1024}\n"
+    )
+    args = router_args([*to_flags(config.router.breaker), *to_flags(config.router.upstream)])
+    breaker = router_replicas.breaker_settings(args)
+    assert (breaker.failure_threshold, breaker.open_s) == (7, 0.25)
+    upstream = router_replicas.upstream_settings(args, None)
+    assert upstream.model_dump(exclude={"replica_tls"}) == config.router.upstream.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ("breaker: {failureThreshold: 0}", "breaker.failureThreshold"),
+        ("breaker: {openS: -1}", "breaker.openS"),
+        ("upstream: {keepaliveS: 0}", "upstream.keepaliveS"),
+        ("upstream: {limitPerHost: 0}", "upstream.limitPerHost"),
+        ("upstream: {connections: 3}", "upstream.connections"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(BASE + f"router:\n  {section}\n")
+    assert f"router.{field}" in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--breaker-failures", "0"), ("--breaker-open", "nan"), ("--upstream-limit", "lots")],
+)
+def test_a_bad_flag_names_the_flag_and_the_value(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        router_args([flag, value])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert flag in error and repr(value) in error
