@@ -13,7 +13,6 @@ def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
 
-    from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
     from orchestrator.frontends.http.server import Listen, serve
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
@@ -41,11 +40,7 @@ def cmd_router(args: argparse.Namespace) -> int:
         keys = ApiKeys.from_file(Path(args.api_keys_file))
     elif args.api_keys_env is not None:
         keys = ApiKeys.from_env(args.api_keys_env)
-    http = HttpSettings(
-        max_body_bytes=args.max_body_bytes,
-        api_keys=keys,
-        stream_buffer_bytes=args.stream_buffer_bytes,
-    )
+    http = router_limits.http_settings(args, keys)
     listen = Listen(
         args.host, args.port, args.workers, server_tls,
         metrics_host=args.metrics_host, metrics_port=args.metrics_port or None,
@@ -111,10 +106,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     keys = router.add_mutually_exclusive_group()
     keys.add_argument("--api-keys-file", help="require one of these keys (one per line)")
     keys.add_argument("--api-keys-env", help="require one of the keys in this environment variable")
-    router.add_argument(
-        "--max-body-bytes", type=positive_int, default=8 * 1024 * 1024,
-        help="largest request body accepted (default 8 MiB)",
-    )  # fmt: skip
     router.add_argument(
         "--workers", type=positive_int, default=1,
         help="worker processes sharing the port with SO_REUSEPORT (default 1)",

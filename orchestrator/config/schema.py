@@ -15,7 +15,7 @@
     router: {profile: capacity, httpPort: 8000, grpcPort: 50051, metricsPort: 9190,
              latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
-                                          # admission, attempts, breaker, upstream: their keys
+                                          # admission, attempts, breaker, upstream, http: keys
                                           # are in docs/settings.md
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
@@ -70,6 +70,7 @@ from orchestrator.config.fields import (
     RttMs,
     Scale,
 )
+from orchestrator.config.http import HttpSpec
 from orchestrator.config.slo import SloSpec
 from orchestrator.config.upstream import UpstreamSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
@@ -233,6 +234,7 @@ class RouterSpec(_Strict):
     attempts: AttemptsSpec = AttemptsSpec()  # attempt timeouts, migrations (config/attempts.py)
     breaker: BreakerSpec = BreakerSpec()  # failing replicas' circuits (config/breaker.py)
     upstream: UpstreamSpec = UpstreamSpec()  # connection pool to replicas (config/upstream.py)
+    http: HttpSpec = HttpSpec()  # the HTTP front end's limits (config/http.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
 
     @field_validator("slo")

@@ -39,6 +39,7 @@ def running_router(
         *config.router.slo.router_flags(),
         *to_flags(config.router.breaker),
         *to_flags(config.router.upstream),
+        *to_flags(config.router.http),
     ]  # fmt: skip
     router = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
     progress(f"router starting on http://{endpoints.host}:{endpoints.http_port} (pid {router.pid})")

@@ -1,6 +1,6 @@
-"""The `router.breaker` and `router.upstream` sections reach the router: validated with the field
-named, carried as `orchestrator router` flags, and turned into the settings the circuit breakers
-and the connection pool run with."""
+"""The `router.breaker`, `router.upstream` and `router.http` sections reach the router: validated
+with the field named, carried as `orchestrator router` flags, and turned into the settings the
+circuit breakers, the connection pool and the HTTP front end run with."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import argparse
 
 import pytest
 
-from orchestrator.cli import build_parser, router_replicas
+from orchestrator.cli import build_parser, router_limits, router_replicas
 from orchestrator.config import ConfigError, default_config, parse_config
 from orchestrator.config.flags import to_flags
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.router_service import RouterSettings
 
 BASE = """apiVersion: orchestrator/v1alpha1
@@ -39,6 +41,19 @@ def test_the_sections_reach_the_breakers_and_the_pool_through_the_flags() -> Non
     assert upstream.model_dump(exclude={"replica_tls"}) == config.router.upstream.model_dump()
 
 
+def test_the_http_section_and_the_slow_reader_cap_reach_the_front_end() -> None:
+    assert router_limits.http_settings(router_args([]), None) == HttpSettings()
+    config = parse_config(
+        BASE + "router:\n  http: {maxBodyBytes: 4096}\n  admission: {streamBufferBytes: 512}\n"
+    )
+    flags = [*to_flags(config.router.http), *config.router.admission.router_flags()]
+    http = router_limits.http_settings(router_args(flags), None)
+    assert (http.max_body_bytes, http.stream_buffer_bytes, http.api_keys) == (4096, 512, None)
+    with pytest.raises(OrchestratorError, match="max_body_bytes") as error:
+        HttpSettings(max_body_bytes=0)
+    assert error.value.param == "max_body_bytes"
+
+
 @pytest.mark.parametrize(
     ("section", "field"),
     [
@@ -47,6 +62,7 @@ def test_the_sections_reach_the_breakers_and_the_pool_through_the_flags() -> Non
         ("upstream: {keepaliveS: 0}", "upstream.keepaliveS"),
         ("upstream: {limitPerHost: 0}", "upstream.limitPerHost"),
         ("upstream: {connections: 3}", "upstream.connections"),
+        ("http: {maxBodyBytes: 0}", "http.maxBodyBytes"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> None:
@@ -57,7 +73,12 @@ def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> No
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--breaker-failures", "0"), ("--breaker-open", "nan"), ("--upstream-limit", "lots")],
+    [
+        ("--breaker-failures", "0"),
+        ("--breaker-open", "nan"),
+        ("--upstream-limit", "lots"),
+        ("--max-body-bytes", "0"),
+    ],
 )
 def test_a_bad_flag_names_the_flag_and_the_value(
     flag: str, value: str, capsys: pytest.CaptureFixture[str]
