@@ -16,6 +16,7 @@ from orchestrator.config.attempts import AttemptsSpec
 from orchestrator.config.breaker import BreakerSpec
 from orchestrator.config.flags import flags_table
 from orchestrator.config.http import HttpSpec
+from orchestrator.config.router_timing import RouterTimingSpec
 from orchestrator.config.slo import SloSpec
 from orchestrator.config.upstream import UpstreamSpec
 
@@ -24,6 +25,7 @@ DOC = REPO / "docs" / "settings.md"
 SECTIONS = (
     ("router.admission", "orchestrator router", AdmissionSpec),
     ("router.attempts", "orchestrator router", AttemptsSpec),
+    ("router.timing", "orchestrator router", RouterTimingSpec),
     ("router.slo", "orchestrator router", SloSpec),
     ("router.breaker", "orchestrator router", BreakerSpec),
     ("router.upstream", "orchestrator router", UpstreamSpec),

@@ -21,6 +21,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     server_tls = tls.server_files(args)  # flags that do not go together, before any file is read
     file_targets = load_replicas_slo(Path(args.config)) if args.config else None
     settings = RouterSettings(
+        **router_attempts.timing(args).model_dump(),
         latency_scale=args.latency_scale,
         slo=router_slo.targets(args, file_targets),
         breaker=router_replicas.breaker_settings(args),

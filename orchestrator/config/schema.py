@@ -15,8 +15,8 @@
     router: {profile: capacity, httpPort: 8000, grpcPort: 50051, metricsPort: 9190,
              latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
-                                          # admission, attempts, breaker, upstream, http: keys
-                                          # are in docs/settings.md
+                                          # admission, attempts, breaker, upstream, http,
+                                          # timing: their keys are in docs/settings.md
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
                                           # replicaTls: {caFile, certFile, keyFile} (checks)
@@ -71,6 +71,7 @@ from orchestrator.config.fields import (
     Scale,
 )
 from orchestrator.config.http import HttpSpec
+from orchestrator.config.router_timing import RouterTimingSpec
 from orchestrator.config.slo import SloSpec
 from orchestrator.config.upstream import UpstreamSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
@@ -235,6 +236,7 @@ class RouterSpec(_Strict):
     breaker: BreakerSpec = BreakerSpec()  # failing replicas' circuits (config/breaker.py)
     upstream: UpstreamSpec = UpstreamSpec()  # connection pool to replicas (config/upstream.py)
     http: HttpSpec = HttpSpec()  # the HTTP front end's limits (config/http.py)
+    timing: RouterTimingSpec = RouterTimingSpec()  # deadline, load freshness (router_timing.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
 
     @field_validator("slo")

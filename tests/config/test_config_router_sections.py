@@ -1,6 +1,7 @@
-"""The `router.breaker`, `router.upstream` and `router.http` sections reach the router: validated
-with the field named, carried as `orchestrator router` flags, and turned into the settings the
-circuit breakers, the connection pool and the HTTP front end run with."""
+"""The `router.breaker`, `router.upstream`, `router.http` and `router.timing` sections reach the
+router: validated with the field named, carried as `orchestrator router` flags, and turned into
+the settings the circuit breakers, the connection pool, the HTTP front end and the router run
+with."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 
 import pytest
 
-from orchestrator.cli import build_parser, router_limits, router_replicas
+from orchestrator.cli import build_parser, router_attempts, router_limits, router_replicas
 from orchestrator.config import ConfigError, default_config, parse_config
 from orchestrator.config.flags import to_flags
 from orchestrator.core.errors import OrchestratorError
@@ -54,6 +55,19 @@ def test_the_http_section_and_the_slow_reader_cap_reach_the_front_end() -> None:
     assert error.value.param == "max_body_bytes"
 
 
+def test_the_timing_section_gives_the_routers_deadline_and_freshness() -> None:
+    defaults = router_attempts.timing(router_args([]))
+    assert RouterSettings(**defaults.model_dump()) == RouterSettings()
+    config = parse_config(BASE + "router:\n  timing: {requestDeadlineS: 30, loadStaleAfterS: 9}\n")
+    timing = router_attempts.timing(router_args(to_flags(config.router.timing)))
+    settings = RouterSettings(**timing.model_dump(), latency_scale=2.0)
+    assert (settings.scaled_deadline_s, settings.load_stale_after_s) == (60.0, 9.0)
+    for field, value in (("latency_scale", 0.0), ("request_deadline_s", float("inf"))):
+        with pytest.raises(OrchestratorError, match=field) as error:
+            RouterSettings(**{field: value})
+        assert error.value.param == field
+
+
 @pytest.mark.parametrize(
     ("section", "field"),
     [
@@ -63,6 +77,7 @@ def test_the_http_section_and_the_slow_reader_cap_reach_the_front_end() -> None:
         ("upstream: {limitPerHost: 0}", "upstream.limitPerHost"),
         ("upstream: {connections: 3}", "upstream.connections"),
         ("http: {maxBodyBytes: 0}", "http.maxBodyBytes"),
+        ("timing: {connectTimeoutS: 0}", "timing.connectTimeoutS"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> None:
@@ -78,6 +93,7 @@ def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> No
         ("--breaker-open", "nan"),
         ("--upstream-limit", "lots"),
         ("--max-body-bytes", "0"),
+        ("--request-deadline", "-5"),
     ],
 )
 def test_a_bad_flag_names_the_flag_and_the_value(
