@@ -6,6 +6,9 @@ import argparse
 
 from orchestrator.cli import router_attempts, router_limits, router_replicas, router_slo, tls
 from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
+from orchestrator.config.flags import add_flags as add_model_flags
+from orchestrator.config.flags import from_args
+from orchestrator.config.grpc import GrpcSpec
 from orchestrator.core.arg_types import port, positive_float, positive_int
 
 
@@ -48,10 +51,13 @@ def cmd_router(args: argparse.Namespace) -> int:
     )  # fmt: skip
     companions = []
     if args.grpc_port:
-        from orchestrator.frontends.grpc.server import grpc_serving
+        from orchestrator.frontends.grpc.server import GrpcSettings, grpc_serving
 
+        grpc = GrpcSettings(**from_args(GrpcSpec, args).model_dump())
         companions.append(
-            partial(grpc_serving, host=args.host, port=args.grpc_port, tls=server_tls)
+            partial(
+                grpc_serving, host=args.host, port=args.grpc_port, settings=grpc, tls=server_tls
+            )
         )
     if args.control_plane is not None:
         from orchestrator.router_process.following import serve_following
@@ -121,4 +127,5 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     router_limits.add_flags(router)
     router_attempts.add_flags(router)
     router_replicas.add_flags(router)
+    add_model_flags(router, GrpcSpec)
     router.set_defaults(handler=cmd_router)

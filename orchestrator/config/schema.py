@@ -16,7 +16,7 @@
              latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
                                           # admission, attempts, breaker, upstream, http,
-                                          # timing: their keys are in docs/settings.md
+                                          # grpc, timing: their keys in docs/settings.md
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
                                           # replicaTls: {caFile, certFile, keyFile} (checks)
@@ -70,6 +70,7 @@ from orchestrator.config.fields import (
     RttMs,
     Scale,
 )
+from orchestrator.config.grpc import GrpcSpec
 from orchestrator.config.http import HttpSpec
 from orchestrator.config.router_timing import RouterTimingSpec
 from orchestrator.config.slo import SloSpec
@@ -236,6 +237,7 @@ class RouterSpec(_Strict):
     breaker: BreakerSpec = BreakerSpec()  # failing replicas' circuits (config/breaker.py)
     upstream: UpstreamSpec = UpstreamSpec()  # connection pool to replicas (config/upstream.py)
     http: HttpSpec = HttpSpec()  # the HTTP front end's limits (config/http.py)
+    grpc: GrpcSpec = GrpcSpec()  # the gRPC front end's bounds (config/grpc.py)
     timing: RouterTimingSpec = RouterTimingSpec()  # deadline, load freshness (router_timing.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
 

@@ -40,6 +40,7 @@ def running_router(
         *to_flags(config.router.breaker),
         *to_flags(config.router.upstream),
         *to_flags(config.router.http),
+        *to_flags(config.router.grpc),
         *to_flags(config.router.timing),
     ]  # fmt: skip
     router = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)

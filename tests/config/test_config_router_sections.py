@@ -1,7 +1,7 @@
-"""The `router.breaker`, `router.upstream`, `router.http` and `router.timing` sections reach the
-router: validated with the field named, carried as `orchestrator router` flags, and turned into
-the settings the circuit breakers, the connection pool, the HTTP front end and the router run
-with."""
+"""The `router.breaker`, `router.upstream`, `router.http`, `router.grpc` and `router.timing`
+sections reach the router: validated with the field named, carried as `orchestrator router`
+flags, and turned into the settings the circuit breakers, the connection pool, the front ends
+and the router run with."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 from orchestrator.cli import build_parser, router_attempts, router_limits, router_replicas
 from orchestrator.config import ConfigError, default_config, parse_config
-from orchestrator.config.flags import to_flags
+from orchestrator.config.flags import from_args, to_flags
+from orchestrator.config.grpc import GrpcSpec
 from orchestrator.core.errors import OrchestratorError
+from orchestrator.frontends.grpc.server import GrpcSettings
 from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.router_service import RouterSettings
 
@@ -68,6 +70,17 @@ def test_the_timing_section_gives_the_routers_deadline_and_freshness() -> None:
         assert error.value.param == field
 
 
+def test_the_grpc_section_reaches_the_grpc_server_through_the_flags() -> None:
+    assert GrpcSettings(**from_args(GrpcSpec, router_args([])).model_dump()) == GrpcSettings()
+    config = parse_config(BASE + "router:\n  grpc: {graceS: 2, maxMessageBytes: 1024}\n")
+    args = router_args(to_flags(config.router.grpc))
+    grpc = GrpcSettings(**from_args(GrpcSpec, args).model_dump())
+    assert (grpc.grace_s, grpc.max_message_bytes, grpc.idle_s) == (2.0, 1024, 75.0)
+    with pytest.raises(OrchestratorError, match="handshake_s") as error:
+        GrpcSettings(handshake_s=0)
+    assert error.value.param == "handshake_s"
+
+
 @pytest.mark.parametrize(
     ("section", "field"),
     [
@@ -78,6 +91,7 @@ def test_the_timing_section_gives_the_routers_deadline_and_freshness() -> None:
         ("upstream: {connections: 3}", "upstream.connections"),
         ("http: {maxBodyBytes: 0}", "http.maxBodyBytes"),
         ("timing: {connectTimeoutS: 0}", "timing.connectTimeoutS"),
+        ("grpc: {idleS: .nan}", "grpc.idleS"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> None:
@@ -94,6 +108,7 @@ def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> No
         ("--upstream-limit", "lots"),
         ("--max-body-bytes", "0"),
         ("--request-deadline", "-5"),
+        ("--grpc-grace", "0"),
     ],
 )
 def test_a_bad_flag_names_the_flag_and_the_value(
