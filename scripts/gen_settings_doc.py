@@ -40,6 +40,8 @@ HEADER = """\
 Each section's settings are declared once, as the fields of one validated model: the same
 field is the key in the orchestrator config (`orchestrator.yaml`), the command-line flag of the
 component and the row below. A bad value gets the same message from the file and the flag.
+The `router.slo` flags override a replicas file's `slo:` section; a key without a flag is set in
+a file only. `orchestrator up` passes a config's sections to its router as these flags.
 """
 
 

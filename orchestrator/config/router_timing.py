@@ -43,7 +43,7 @@ class RouterTimingSpec(SettingsModel):
         default=DEFAULT_CONNECT_TIMEOUT_S,
         alias="connectTimeoutS",
         json_schema_extra={"flag": "--connect-timeout"},
-        description="seconds opening a connection to a replica may take before another is tried",
+        description="seconds opening a connection to a replica may take",
     )
     scrape_interval_s: Seconds = Field(
         default=DEFAULT_SCRAPE_INTERVAL_S,
