@@ -98,4 +98,3 @@ def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) ->
         above = ordered[index]
     batch, tpot, _ = ordered[0]  # over the target at every batch measured: below the smallest
     return batch - (tpot - tpot_s) / slope
-
