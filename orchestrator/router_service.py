@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
@@ -290,10 +291,11 @@ class RouterService:
         """The concurrent requests of `slo_class` the routable replicas of `model` sustain within
         that class's TPOT target, or the tighter one a replica's batch is held to
         (`ReplicaStats.binding_tpot_s`), what other routers run on them, and the part held for
-        this class (replicas reserved for its target)."""
+        this class (replicas reserved for its target), and the requests that would still fit one by
+        one on a replica within the target binding there."""
         table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
-        capacity = reserved = 0.0
+        capacity = reserved = free = free_reserved = 0.0
         others = 0
         for candidate in self.fleet.candidates(table):
             replica, stats = candidate.replica, candidate.stats
@@ -305,8 +307,15 @@ class RouterService:
             capacity += sequences
             if stats.reserved_tpot_s == tpot_s:
                 reserved += sequences
+            running = stats.in_flight + stats.others_in_flight()
             others += stats.others_in_flight()
-        return FleetRoom(capacity, others, reserved) if capacity > 0 else None
+            if sequences - running >= 1.0:
+                free += math.floor(sequences - running)
+                if stats.reserved_tpot_s == tpot_s:
+                    free_reserved += math.floor(sequences - running)
+        if reserved > 0:  # routing sends this class only there (filter `slo-reserved`)
+            free = free_reserved
+        return FleetRoom(capacity, others, reserved, free) if capacity > 0 else None
 
     def models(self) -> list[str]:
         """Models served by the current table, sorted."""

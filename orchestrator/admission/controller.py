@@ -21,6 +21,11 @@ replicas for a class's tight target (its room's `reserved`), that class is admit
 reserved room whatever the looser classes run (they are kept off those replicas' batch), and each
 of its requests weighs one slot in a looser class's room (those replicas count there at the tight
 target): the tight class meets its target, the loose ones take the rest and are refused first.
+
+Whatever the fleet-wide room says, a request is admitted only while some replica would run it
+within its class's target, i.e. holds fewer than its batch within the target that binds it
+there (`FleetRoom.free`): a request no replica can serve in time waits here (or is refused),
+rather than being queued where it would miss.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class FleetRoom:
     capacity: float
     others: int = 0
     reserved: float = 0.0
+    # requests that fit now one by one on the replica they would go to: Σ over replicas of
+    # ⌊room there − what runs there⌋ (at least 0), each at the target that binds its batch
+    free: float = math.inf
 
 
 RoomOf = Callable[[str, str], FleetRoom | None]
@@ -76,6 +84,7 @@ class _Lane:
 
     __slots__ = (
         "active", "active_by", "checked_s", "hold_s", "model", "queues", "room", "rooms", "served",
+        "taken",
     )  # fmt: skip
 
     def __init__(self, model: str) -> None:
@@ -88,6 +97,7 @@ class _Lane:
         self.checked_s = -math.inf
         self.served: deque[float] = deque(maxlen=MAX_SERVED)  # when waiters were admitted
         self.hold_s: float | None = None  # mean seconds an admitted request holds its slot
+        self.taken = 0  # requests admitted since the rooms were read (each took a free slot)
 
     def queued(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
@@ -236,6 +246,7 @@ class AdmissionController:
         room = rooms.get(Priority.INTERACTIVE)
         if lane is not None:
             lane.room, lane.rooms, lane.checked_s = room, rooms, now_s
+            lane.taken = 0
         if room is not None and self._metrics is not None:
             self._metrics.capacity.set(room.capacity)
         return room
@@ -267,6 +278,8 @@ class AdmissionController:
         if not lane.rooms:
             return True
         room = lane.rooms.get(priority)
+        if room is not None and room.free - lane.taken < 1.0:
+            return False  # no replica would run it within its target now: it waits
         if room is not None and room.reserved > 0:
             held = room.reserved * self.settings.capacity_factor - room.others
             if lane.active_by[priority] < held:
@@ -328,6 +341,7 @@ class AdmissionController:
         raise self._refuse(priority, "refused_queue_full", self._retry_s(lane))
 
     def _admitted(self, lane: _Lane, priority: Priority, now_s: float) -> Ticket:
+        lane.taken += 1
         lane.active += 1
         lane.active_by[priority] += 1
         if self._metrics is not None:
@@ -369,6 +383,7 @@ class AdmissionController:
                 if waiter.future.done():
                     continue
                 lane.served.append(now_s)
+                lane.taken += 1
                 lane.active += 1
                 lane.active_by[priority] += 1
                 if self._metrics is not None:

@@ -22,6 +22,10 @@ TPOT target, and the rate B / (output tokens × step) it sustains there.
 `--two-class` offers interactive requests (tight targets) and batch requests (`--batch-ttft`,
 `--batch-tpot`, loose) together, `--two-class-load` × the limit in all, and reports each class's
 attainment, goodput and refusals: interactive should meet its targets and batch take the rest.
+A class's goodput is the rate of its requests that met its targets and *finished* within the
+measured window (`slo_load.completed_goodput`): above capacity, counting those *sent* in it would
+credit the batch requests a loose TTFT target lets wait and finish during the drain. Each class's
+requests are also shown by the replica they went to (met share, p99 TTFT and TPOT, wall).
 Their goodput together is set against the fleet model's limit for that mix
 (`slo_limits.two_class_limit`): the fastest replicas that hold the interactive rate within its
 target serve it (and batch up to that batch), the others batch at the batch target.
@@ -49,7 +53,7 @@ from orchestrator.bench.slo_limits import (
     replica_limit,
     two_class_limit,
 )
-from orchestrator.bench.slo_load import Fleet, Probe, Targets, probe
+from orchestrator.bench.slo_load import Fleet, Outcome, Probe, Targets, percentile, probe
 from orchestrator.core.arg_types import non_negative_int, positive_float, positive_int
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import Generation
@@ -254,18 +258,40 @@ def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
         rate = found.rate * len(outcomes) / max(1, len(found.outcomes))
         ttft, tpot = found.p99(slo_class)
         attained = found.attainment(slo_class)
-        goodput += rate * attained
+        sustained = found.goodputs.get(slo_class, 0.0)
+        goodput += sustained
         lines.append(
             f"  {slo_class:<12} offered {rate:6.2f} req/s  attainment {attained:6.1%}"
-            f"  goodput {rate * attained:6.2f} req/s  refused {found.refused(slo_class):6.1%}"
+            f"  goodput {sustained:6.2f} req/s  refused {found.refused(slo_class):6.1%}"
             f"  p99 TTFT {ttft:.2f} s  p99 TPOT {tpot * 1e3:.0f} ms"
         )
+    for slo_class in ("interactive", "batch"):
+        lines.append(f"  {slo_class} by replica: " + format_by_replica(found, slo_class))
     shares = ", ".join(f"{pool} {share:.1%}" for pool, share in found.shares().items())
     lines.append(
         f"  goodput together {goodput:.2f} req/s = {goodput / mix_limit:.0%} of the fleet's limit"
         f" for this mix ({mix_limit:.2f} req/s); token shares: {shares}"
     )
     return "\n".join(lines)
+
+
+def format_by_replica(found: Probe, slo_class: str) -> str:
+    """Where a class's measured requests went and how each replica did: requests, met share,
+    p99 TTFT (s) and TPOT (ms) of the whole ones; "-" for those refused or never answered."""
+    target = found.targets[slo_class]
+    groups: dict[str, list[Outcome]] = {}
+    for outcome in found.of(slo_class):
+        groups.setdefault(outcome.replica or "-", []).append(outcome)
+    parts = []
+    for replica, outcomes in sorted(groups.items()):
+        whole = [o for o in outcomes if o.tpot_s is not None and o.ttft_s is not None]
+        met = sum(target.met(o) for o in outcomes) / len(outcomes)
+        ttft = percentile([o.ttft_s for o in whole if o.ttft_s is not None], PERCENTILE)
+        tpot = percentile([o.tpot_s for o in whole if o.tpot_s is not None], PERCENTILE)
+        parts.append(
+            f"{replica} {len(outcomes)} met {met:.0%} TTFT {ttft:.1f} TPOT {tpot * 1e3:.0f}"
+        )
+    return "; ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

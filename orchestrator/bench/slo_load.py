@@ -12,13 +12,14 @@ import re
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
 from orchestrator.core.generations import Generation
 
 PERCENTILE = 99.0
+REPLICA_HEADER = "x-orchestrator-replica"
 _TOKENS = re.compile(rb"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 
@@ -32,6 +33,7 @@ class Outcome:
     tokens: int = 0
     wanted: int = 0
     error: bool = False
+    replica: str = ""  # the router's `x-orchestrator-replica` answer header, when it sends one
 
     @property
     def whole(self) -> bool:
@@ -89,6 +91,7 @@ async def _request(
             f"{url}/v1/completions", json=body, headers={"X-Priority": outcome.slo_class}
         ) as response:
             outcome.status = response.status
+            outcome.replica = response.headers.get(REPLICA_HEADER, "")
             if response.status != 200:
                 await response.read()
                 return
@@ -120,12 +123,12 @@ class Load:
 
 
 async def offer(url: str, model: str, load: Load) -> list[Outcome]:
-    """Poisson arrivals per class; returns the outcomes of requests sent in the measured window."""
+    """Poisson arrivals per class; returns every request's outcome, warm-up ones included."""
     rng = random.Random(load.seed)
     total = sum(load.rates.values())
     classes = list(load.rates)
     weights = [load.rates[c] / total for c in classes]
-    measured: list[Outcome] = []
+    sent: list[Outcome] = []
     tasks: list[asyncio.Task[None]] = []
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=load.warmup_s + load.measure_s + load.drain_s)
@@ -141,8 +144,7 @@ async def offer(url: str, model: str, load: Load) -> list[Outcome]:
                 await asyncio.sleep(delay)
             slo_class = rng.choices(classes, weights)[0]
             outcome = Outcome(slo_class, at - start, wanted=load.output_tokens)
-            if at - start >= load.warmup_s:
-                measured.append(outcome)
+            sent.append(outcome)
             index += 1
             tasks.append(
                 asyncio.create_task(
@@ -154,7 +156,7 @@ async def offer(url: str, model: str, load: Load) -> list[Outcome]:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-    return measured
+    return sent
 
 
 def generated_tokens(urls: Sequence[str]) -> list[float]:
@@ -176,6 +178,9 @@ class Probe:
     outcomes: list[Outcome]
     pool_tokens: dict[str, float]
     targets: dict[str, Targets]
+    # requests of each class that met its targets and finished within the measured window, per
+    # second of it: what the fleet sustains, whenever they were sent (`completed_goodput`)
+    goodputs: dict[str, float] = field(default_factory=dict)
 
     def of(self, slo_class: str | None = None) -> list[Outcome]:
         return [o for o in self.outcomes if slo_class is None or o.slo_class == slo_class]
@@ -232,8 +237,28 @@ def probe(
         window[:] = [e - s for e, s in zip(end, start, strict=True)]
         return await task
 
-    outcomes = asyncio.run(run())
+    sent = asyncio.run(run())
+    outcomes = [o for o in sent if o.sent_s >= args.warmup]
     pools: dict[str, float] = {}
     for generation, tokens in zip(fleet.generations, window, strict=True):
         pools[generation.value] = pools.get(generation.value, 0.0) + tokens
-    return Probe(sum(rates.values()), outcomes, pools, targets)
+    goodputs = {
+        slo_class: completed_goodput(sent, slo_class, targets[slo_class], args.warmup, args.measure)
+        for slo_class in rates
+    }
+    return Probe(sum(rates.values()), outcomes, pools, targets, goodputs)
+
+
+def completed_goodput(
+    sent: Sequence[Outcome], slo_class: str, target: Targets, start_s: float, span_s: float
+) -> float:
+    """Requests of `slo_class` that met `target` and finished in [start_s, start_s + span_s),
+    per second. Above capacity this is the rate the fleet sustains; counting the requests *sent*
+    in the window instead credits the ones a loose TTFT target lets wait and finish after it."""
+    met = 0
+    for outcome in sent:
+        if outcome.slo_class != slo_class or outcome.last_s is None or not target.met(outcome):
+            continue
+        if start_s <= outcome.sent_s + outcome.last_s < start_s + span_s:
+            met += 1
+    return met / span_s

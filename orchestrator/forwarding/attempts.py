@@ -31,7 +31,10 @@ class UpstreamErrorKind(StrEnum):
 class Attempt:
     """One try on one replica, finished exactly once (FleetState, breaker and metrics agree)."""
 
-    __slots__ = ("done", "first_token_s", "replica", "series", "slo_class", "started_s", "target")
+    __slots__ = (
+        "done", "first_token_s", "replica", "running_at_first_token", "series", "slo_class",
+        "started_s", "target",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -47,6 +50,7 @@ class Attempt:
         self.target = target
         self.slo_class = slo_class
         self.first_token_s: float | None = None
+        self.running_at_first_token: int | None = None  # requests on its replica then
         self.done = False
 
 
@@ -75,7 +79,7 @@ class Ledger:
     def first_token(self, attempt: Attempt) -> None:
         attempt.first_token_s = self._clock.now()
         ttft_s = attempt.first_token_s - attempt.started_s
-        self._fleet.first_token(attempt.replica, ttft_s)
+        attempt.running_at_first_token = self._fleet.first_token(attempt.replica, ttft_s)
         attempt.series.ttft.observe(ttft_s)
 
     def close(
@@ -109,6 +113,7 @@ class Ledger:
             output_tokens=tokens,
             tpot_s=tpot_s,
             target_tpot_s=attempt.target.tpot_s,
+            running_at_first_token=attempt.running_at_first_token,
         )
         attempt.series.in_flight.dec()
         if replica_failed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from orchestrator.config.router_timing import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.plugin import Candidate
@@ -15,8 +16,6 @@ from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
 LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency averages
-# A load older than this is unknown, not idle: three missed reports at the default interval.
-DEFAULT_LOAD_STALE_AFTER_S = 3.0
 
 
 class FleetState:
@@ -91,10 +90,14 @@ class FleetState:
         # request it started, and `finished` takes it back the same way.
         self._count(target_tpot_s, 1)
 
-    def first_token(self, replica: Replica, ttft_s: float) -> None:
+    def first_token(self, replica: Replica, ttft_s: float) -> int | None:
+        """Records the TTFT; returns the requests the replica runs now (`finished` takes it
+        back: a TPOT is the batch's between the first token and the last)."""
         stats = self._stats.get(replica.replica_id)
-        if stats is not None:
-            stats.ttft_s = _smooth(stats.ttft_s, ttft_s)
+        if stats is None:
+            return None
+        stats.ttft_s = _smooth(stats.ttft_s, ttft_s)
+        return stats.in_flight + stats.others
 
     def finished(
         self,
@@ -104,6 +107,7 @@ class FleetState:
         output_tokens: int,
         tpot_s: float | None,
         target_tpot_s: float = MLPERF_TPOT_S,
+        running_at_first_token: int | None = None,
     ) -> None:
         self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
         stats = self._stats.get(replica.replica_id)
@@ -117,6 +121,12 @@ class FleetState:
             stats.failed_total += 1
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
+            # its TPOT at the mean of what the replica ran from its first token to its last
+            # (itself included, before it left)
+            running: float = stats.in_flight + 1 + stats.others
+            if running_at_first_token is not None:
+                running = (running + running_at_first_token) / 2
+            stats.step_curve.observe(running, tpot_s)
 
     def reported(
         self,

@@ -55,7 +55,7 @@ class Filter(Protocol):
 
     def filter(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> list[Candidate]: ...
+    ) -> Sequence[Candidate]: ...
 
 
 @runtime_checkable

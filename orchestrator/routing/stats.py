@@ -19,7 +19,9 @@ measured at a running batch B_m (step t_m), the line is anchored there instead:
 
 so the batch grows while the measured step stays within the target and shrinks once it is over
 it, whatever the curve's shape further away (a mixture-of-experts step rises steeply over the
-first few sequences and flatly after, which a straight line through both underestimates). At
+first few sequences and flatly after, which a straight line through both underestimates). Once
+requests finished there, the batch is read off the TPOT they got at each number in flight
+instead, and past the largest measured one the line runs from there (`routing/step_curve.py`). At
 the reference target T0 (the one capacities are stated at) it is C0 · T0, Little's law, as the
 scorers have always used. The estimator publishes a, s, the measured point and the limit from its
 fit of the replica's step times; before it has, they come from the capacity prior (a tenth of
@@ -35,6 +37,7 @@ from typing import Final
 
 from orchestrator.core.records import ReplicaLoad
 from orchestrator.core.slo import MLPERF_TPOT_S
+from orchestrator.routing.step_curve import StepCurve
 
 HEADROOM: Final = 0.85  # aim the mean step below the target: p99 TPOT sits above the mean
 # The share of another target the batch is scaled to: admission caps each replica's batch at its
@@ -76,6 +79,9 @@ class ReplicaStats:
     tightest_tpot_s: float = math.inf
     # the tight target this replica's batch is held to for the tight class (routing/reservation.py)
     reserved_tpot_s: float = math.inf
+    # the steps measured at each running batch (the estimator's): other targets' batch is read
+    # off them where the replica has run near it (routing/step_curve.py)
+    step_curve: StepCurve = field(default_factory=StepCurve)
 
     def concurrency_capacity(self, target_tpot_s: float) -> float:
         """Sequences it can decode at once within the TPOT target (see the module docstring)."""
@@ -89,7 +95,10 @@ class ReplicaStats:
             fixed = FIXED_SHARE_PRIOR * step
             per_sequence = (step - fixed) / max(1.0, self.capacity_tokens_per_s * step)
         measured_batch, measured_step = self.measured_batch, self.measured_step_s
-        if measured_batch is not None and measured_step is not None:
+        measured = self.step_curve.batch_within(SLO_HEADROOM * target_tpot_s, per_sequence)
+        if measured is not None:
+            sequences = measured
+        elif measured_batch is not None and measured_step is not None:
             sequences = (
                 measured_batch + (SLO_HEADROOM * target_tpot_s - measured_step) / per_sequence
             )

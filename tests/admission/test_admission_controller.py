@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.admission.controller import (
+    CAPACITY_TTL_S,
     MIN_DEQUEUES,
     UNLIMITED,
     AdmissionController,
@@ -37,7 +38,9 @@ class Room:
         others: int = 0,
         batch_capacity: float | None = None,
         reserved: float = 0.0,
+        free: float = float("inf"),
     ) -> None:
+        self.free = free  # requests that fit one by one on some replica within their target
         self.capacity = capacity
         self.others = others
         self.batch_capacity = batch_capacity
@@ -47,8 +50,8 @@ class Room:
         if model != MODEL or self.capacity <= 0:
             return None
         if slo_class == BATCH.value and self.batch_capacity is not None:
-            return FleetRoom(self.batch_capacity, self.others)
-        return FleetRoom(self.capacity, self.others, self.reserved)
+            return FleetRoom(self.batch_capacity, self.others, free=self.free)
+        return FleetRoom(self.capacity, self.others, self.reserved, self.free)
 
 
 def controller(room: Room, **settings: Any) -> AdmissionController:
@@ -296,5 +299,31 @@ def test_the_tight_class_gets_its_reserved_room_whatever_batch_runs_and_weighs_o
         with pytest.raises(Refused):
             await gate.admit(MODEL, BATCH)  # 12 + 3 > 12: refused (batch first)
         assert len(interactive) == 3
+
+    run(scenario())
+
+
+def test_fleet_room_is_not_enough_a_request_waits_until_a_replica_would_run_it_in_time() -> None:
+    """The fleet holds 10, but only one more request fits on any replica within its target (the
+    rest of the room is on replicas already past the batch their target allows): one is
+    admitted, the next waits (here: refused, nothing says yet how long) until a slot frees,
+    even though the reserved room alone would have let it in."""
+
+    async def scenario() -> None:
+        room = Room(10, reserved=10, free=1)
+        gate = controller(room, queue_timeout_s=5.0)
+        first = await gate.admit(MODEL, INTERACTIVE)
+        with pytest.raises(Refused):
+            await gate.admit(MODEL, INTERACTIVE)  # admitted since the room was read: taken
+        first.release()  # its slot is back: free again once the room is read again
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        await gate.admit(MODEL, INTERACTIVE)
+        room.free = 0  # ... and it runs there now
+        waiting = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        assert not waiting.done() and gate.queued() == 1  # the room read again: still none
+        room.free = 1  # a replica's batch came down
+        await asyncio.wait_for(waiting, 1.0)
+        assert gate.active() == 2
 
     run(scenario())

@@ -79,6 +79,21 @@ def test_a_refused_or_cut_request_counts_as_a_miss_of_both_targets() -> None:
     assert slo_load.Probe(1.0, [good], {}, targets).meets()
 
 
+def test_goodput_counts_the_met_requests_that_finished_in_the_window_whenever_sent() -> None:
+    """Window [10, 20): a met request sent in warm-up that finished in it counts; one sent in it
+    that finished in the drain, a missed one, another class's and a refused one do not."""
+    target = slo_load.Targets(30.0, 1.0)
+    sent = [
+        slo_load.Outcome("batch", 5.0, 200, 2.0, 8.0, 10, 10),  # finished at 13
+        slo_load.Outcome("batch", 15.0, 200, 2.0, 3.0, 10, 10),  # at 18
+        slo_load.Outcome("batch", 15.0, 200, 9.0, 20.0, 10, 10),  # at 35: in the drain
+        slo_load.Outcome("batch", 12.0, 200, 2.0, 4.0, 5, 10),  # cut short
+        slo_load.Outcome("interactive", 12.0, 200, 0.1, 1.0, 10, 10),
+        slo_load.Outcome("batch", 12.0, 429, wanted=10),
+    ]
+    assert slo_load.completed_goodput(sent, "batch", target, 10.0, 10.0) == pytest.approx(0.2)
+
+
 def test_the_two_class_limit_holds_the_tight_class_on_the_fewest_fast_replicas_that_fit_it() -> (
     None
 ):

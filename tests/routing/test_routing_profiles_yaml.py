@@ -46,6 +46,7 @@ def test_the_builtin_profiles_load_with_capacity_as_the_default() -> None:
         ("load-known", True),
         ("kv-headroom", True),
         ("fabric-healthy", True),
+        ("slo-reserved", False),
     ]
     assert [(s.plugin.TYPE, s.weight) for s in capacity.scorers] == [
         ("capacity-headroom", 1.0),

@@ -4,10 +4,13 @@ the rest of the fleet, and nothing is reserved while only one target is in fligh
 
 from __future__ import annotations
 
-from routing_fleet import replica, table
+import pytest
+from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
 from orchestrator.routing.fleet_state import FleetState
+from orchestrator.routing.plugin import RoutingView
+from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
 from orchestrator.routing.reservation import demand_moved, reserved_replicas
 from orchestrator.routing.signals import utilisations
 
@@ -69,3 +72,47 @@ def test_requests_that_finish_after_their_replica_left_the_table_end_the_reserva
     fleet.finished(slow, ok=False, output_tokens=0, tpot_s=None, target_tpot_s=LOOSE)
     remaining = fleet.candidates(table([fast], version=3))
     assert all(c.stats.reserved_tpot_s == float("inf") for c in remaining)  # one target again
+
+
+def test_tight_requests_keep_to_the_reserved_replicas_and_loose_ones_may_go_anywhere() -> None:
+    """While a reservation holds for the tight target, a tight request sees only the reserved
+    replica (elsewhere it would bind a large loose batch to its target); a loose one, or any
+    request with nothing reserved, sees every candidate."""
+    replicas = [replica("fast-0", Generation.MI355X), replica("fast-1", Generation.MI355X)]
+    routing_table = table(replicas)
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = fleet.candidates(routing_table)
+    only = SloReservedFilter()
+
+    def seen(target_tpot_s: float) -> list[str]:
+        base = view(routing_table)
+        at = RoutingView(base.table, base.target_ttft_s, target_tpot_s, base.now_s)
+        return [c.replica.replica_id for c in only.filter(request(), at, candidates)]
+
+    fleet.started(replicas[0], TIGHT)
+    assert seen(TIGHT) == ["fast-0", "fast-1"]  # one target in flight: nothing reserved
+    fleet.started(replicas[1], LOOSE)
+    held = [c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT]
+    assert len(held) == 1 and seen(TIGHT) == held
+    assert seen(LOOSE) == ["fast-0", "fast-1"]
+
+
+def test_a_finished_request_records_its_tpot_at_the_batch_it_ran_in() -> None:
+    """The batch of a TPOT is the mean of what its replica ran at its first and last token."""
+    fast = replica("fast", Generation.MI355X)
+    fleet = FleetState()
+    fleet.sync(table([fast]))
+    for _ in range(9):
+        fleet.started(fast, TIGHT)
+    assert fleet.first_token(fast, 0.1) == 9
+    for _ in range(4):
+        fleet.finished(fast, ok=True, output_tokens=2, tpot_s=None, target_tpot_s=TIGHT)
+    fleet.finished(
+        fast, ok=True, output_tokens=16, tpot_s=0.012, target_tpot_s=TIGHT,
+        running_at_first_token=9,
+    )  # fmt: skip
+    stats = fleet.stats("fast")
+    assert stats is not None
+    # (9 + 5) / 2 = 7 requests at 12 ms: within 13 ms, 1 ms more at 1 ms a sequence: 8
+    assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(8.0)

@@ -11,6 +11,7 @@ from orchestrator.core.records import ReplicaLoad
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.signals import utilisations
 from orchestrator.routing.stats import SLO_HEADROOM, ReplicaStats
+from orchestrator.routing.step_curve import STALE_AFTER, StepCurve
 
 
 def stats(fixed_s: float, per_sequence_s: float) -> ReplicaStats:
@@ -100,3 +101,59 @@ def learned_concurrency(batch: int, step_s: float, target_s: float) -> float:
 def test_a_replica_over_a_tight_target_is_cut_to_one_sequence_and_one_within_it_grows() -> None:
     assert learned_concurrency(10, 0.030, 0.014) == 1.0
     assert learned_concurrency(60, 0.011, 0.014) > 60
+
+
+def mixture_of_experts_tpot_s(batch: float) -> float:
+    """A fast replica's TPOT, steep over the first sequences and flat after (the fleet model's
+    MI355X at 128 prompt / 16 output tokens, roughly): 14 ms at 147 sequences."""
+    return 0.0102 + 0.0000258 * batch - 0.0072 * 0.5 ** (batch / 2)
+
+
+def steady(curve: StepCurve, batch: float, tpot_s: float, requests: int = 100) -> None:
+    """`requests` finished at `batch`, every one with the same TPOT."""
+    for _ in range(requests):
+        curve.observe(batch, tpot_s)
+
+
+def test_the_tpot_measured_at_each_batch_gives_the_batch_within_a_target() -> None:
+    curve = StepCurve()
+    assert curve.batch_within(0.014, 1e-4) is None
+    for _ in range(100):  # requests finishing at every batch in turn, each batch steady
+        for batch in (2, 8, 40, 100, 200, 400, 700):
+            curve.observe(batch, mixture_of_experts_tpot_s(batch))
+    within = curve.batch_within(0.014, 1e-4)
+    assert within is not None and within == pytest.approx(147, rel=0.02)
+    # over the target at every batch measured: below the smallest, along the slope given
+    assert curve.batch_within(0.005, 1e-3) == pytest.approx(
+        2 - (mixture_of_experts_tpot_s(2) - 0.005) / 1e-3, abs=0.02
+    )
+    # within it at the largest: past it, along the slope given
+    assert curve.batch_within(0.030, 1e-5) == pytest.approx(
+        700 + (0.030 - mixture_of_experts_tpot_s(700)) / 1e-5, rel=0.01
+    )
+    curve.observe(3, 0.05)  # a slow small batch (a burst of prefills) changes nothing
+    assert curve.batch_within(0.014, 1e-4) == within
+    curve.observe(100, 0.030)  # one slow request where the batch was steady: its mean rises
+    moved = curve.batch_within(0.014, 1e-4)
+    assert moved is not None and moved < within
+
+
+def test_a_bucket_no_request_revisits_is_forgotten_so_the_batch_can_grow_past_it() -> None:
+    curve = StepCurve()
+    curve.observe(200, 0.030)  # measured once, long ago, in a burst
+    steady(curve, 100, 0.012, STALE_AFTER * 2)
+    # held below 200 since: the batch now extrapolates past it from 100 (along the slope given)
+    assert curve.batch_within(0.014, 1e-4) == pytest.approx(100 + 0.002 / 1e-4, rel=0.01)
+
+
+def test_the_measured_curve_holds_a_slow_replica_to_the_small_batch_it_meets_a_tight_one_at() -> (
+    None
+):
+    """A slow replica measured at large loose batches (a line from there would allow dozens
+    within 14 ms) and at small ones holds about 2 within it."""
+    replica_stats = stats(0.030, 0.0002)
+    for batch, tpot_s in ((1, 0.0079), (4, 0.020), (300, 0.074), (16, 0.030)):
+        replica_stats.step_curve.observe(batch, tpot_s)
+    assert replica_stats.concurrency_capacity(0.014) == pytest.approx(
+        1 + (SLO_HEADROOM * 0.014 - 0.0079) / (0.020 - 0.0079) * 3
+    )

@@ -11,6 +11,7 @@ from orchestrator.routing.plugins.filters.load_known import LoadKnownFilter
 from orchestrator.routing.plugins.filters.model_served import ModelServedFilter
 from orchestrator.routing.plugins.filters.not_draining import NotDrainingFilter
 from orchestrator.routing.plugins.filters.site_allowed import SiteAllowedFilter
+from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
 from orchestrator.routing.plugins.pickers.max_score import MaxScorePicker
 from orchestrator.routing.plugins.pickers.power_of_two import PowerOfTwoPicker
 from orchestrator.routing.plugins.pickers.round_robin import RoundRobinPicker
@@ -38,6 +39,7 @@ __all__ = [
     "RoundRobinPicker",
     "SiteAllowedFilter",
     "SiteLocalityScorer",
+    "SloReservedFilter",
     "WeightedRandomPicker",
     "builtin_registry",
 ]
@@ -53,6 +55,7 @@ def builtin_registry() -> PluginRegistry:
     registry.register(FabricHealthyFilter.TYPE, FabricHealthyFilter.from_params)
     registry.register(LoadKnownFilter.TYPE, LoadKnownFilter.from_params)
     registry.register(SiteAllowedFilter.TYPE, SiteAllowedFilter.from_params)
+    registry.register(SloReservedFilter.TYPE, SloReservedFilter.from_params)
     registry.register(CapacityHeadroomScorer.TYPE, CapacityHeadroomScorer.from_params)
     registry.register(LeastRequestsScorer.TYPE, LeastRequestsScorer.from_params)
     registry.register(PrefixAffinityScorer.TYPE, PrefixAffinityScorer.from_params)

@@ -1,0 +1,100 @@
+"""The TPOT a replica's requests got, by how many it ran at once: the batch within a TPOT target
+read off what the replica actually did, not off a straight line.
+
+A mixture-of-experts step rises steeply over the first few sequences and flatly after. A
+straight step line fitted where a replica runs large, loose-target batches (`routing/estimator.py`)
+puts its intercept far above the small-batch steps, so the batch it allows within a tight target
+is wrong by a wide margin either way: too large on a slow replica (whose tight batch is one or two
+sequences), too small on a fast one. The estimator's step is also tokens over time, which counts
+a request's wait for its first token as decode time: with short answers that is a large share.
+
+So each finished request adds its own TPOT at the requests the replica ran when it finished
+(this router's in flight, itself included, plus other routers'), the unit the utilisation and
+the admission room count in. Points live in log-spaced buckets of that count, each an
+exponentially weighted mean. "The largest batch within T" is read from the top: the largest
+bucket whose mean TPOT is within T, interpolated towards the next one up, which is over it, or
+extrapolated past the largest measured along the line's slope.
+Reading from the top ignores a small batch's slow outliers (a burst of prefills); an optimistic
+bucket above the true limit is corrected by the very requests it lets in. A pessimistic one is
+not (the replica is held below it), so a bucket no request has updated in the last
+`STALE_AFTER` is forgotten: the batch extrapolates past it again and the requests that then run
+there measure it afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+BUCKETS_PER_DOUBLING: Final = 4  # batch buckets: 19% apart
+SMOOTHING: Final = 0.1  # weight of one request's TPOT in its bucket's mean
+STALE_AFTER: Final = 200  # a bucket not updated in this many requests is forgotten
+
+
+class StepCurve:
+    """Measured (requests in flight, TPOT s) points, one per bucket; pure bookkeeping."""
+
+    __slots__ = ("_answers", "_ordered", "_points", "_seen")
+
+    def __init__(self) -> None:
+        # bucket -> [mean batch, mean TPOT s, requests seen when it was last updated]
+        self._points: dict[int, list[float]] = {}
+        self._ordered: list[list[float]] | None = None
+        self._answers: dict[tuple[float, float], float] = {}
+        self._seen = 0
+
+    def observe(self, batch: float, tpot_s: float) -> None:
+        """One request's TPOT, finished while `batch` requests ran on its replica."""
+        if batch < 1.0 or not tpot_s > 0.0 or not math.isfinite(tpot_s):
+            return
+        self._seen += 1
+        key = round(math.log2(batch) * BUCKETS_PER_DOUBLING)
+        point = self._points.get(key)
+        if point is None:
+            self._points[key] = [batch, tpot_s, self._seen]
+            self._ordered = None
+        else:
+            point[0] += SMOOTHING * (batch - point[0])
+            point[1] += SMOOTHING * (tpot_s - point[1])
+            point[2] = self._seen
+        self._answers.clear()
+        if self._seen % STALE_AFTER == 0:
+            self._forget_stale()
+
+    def _forget_stale(self) -> None:
+        oldest = self._seen - STALE_AFTER
+        for key in [k for k, point in self._points.items() if point[2] < oldest]:
+            del self._points[key]
+            self._ordered = None
+
+    def batch_within(self, tpot_s: float, per_sequence_s: float) -> float | None:
+        """The largest batch whose mean TPOT stays within `tpot_s` (see the module docstring);
+        `per_sequence_s` is the slope to extrapolate along; None before any measurement.
+        Memoised until the next measurement."""
+        answer = self._answers.get((tpot_s, per_sequence_s))
+        if answer is not None:
+            return answer
+        if not self._points:
+            return None
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = [self._points[key] for key in sorted(self._points)]
+        answer = _within(ordered, tpot_s, per_sequence_s)
+        self._answers[(tpot_s, per_sequence_s)] = answer
+        return answer
+
+
+def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) -> float:
+    slope = per_sequence_s if per_sequence_s > 0.0 else math.inf
+    above: list[float] | None = None
+    for index in range(len(ordered) - 1, -1, -1):
+        batch, tpot, _ = ordered[index]
+        if tpot <= tpot_s:
+            if above is None:  # within the target at the largest batch measured: past it
+                return batch + (tpot_s - tpot) / slope
+            rise = above[1] - tpot
+            share = (tpot_s - tpot) / rise if rise > 0.0 else 0.0
+            return batch + share * (above[0] - batch)
+        above = ordered[index]
+    batch, tpot, _ = ordered[0]  # over the target at every batch measured: below the smallest
+    return batch - (tpot - tpot_s) / slope
