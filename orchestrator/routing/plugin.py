@@ -71,6 +71,28 @@ class Scorer(Protocol):
 
 
 @runtime_checkable
+class UtilisationScorer(Scorer, Protocol):
+    """Optional, for scorers: rate candidates from their utilisations ρ, computed by the caller.
+
+    ρ is `signals.utilisations(candidates, view.target_tpot_s, degraded_capacity_factor)`, the
+    same for every scorer with the same factor, so a profile with several such scorers (the
+    default one has two to four) computes it once per decision and hands each the same list,
+    which they only read. `score(ctx, view, candidates)` must equal
+    `score_utilised(ctx, view, candidates, ρ)`.
+    """
+
+    degraded_capacity_factor: float
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]: ...
+
+
+@runtime_checkable
 class Picker(Protocol):
     TYPE: ClassVar[str]
     name: str

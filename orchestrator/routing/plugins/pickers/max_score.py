@@ -45,15 +45,16 @@ class MaxScorePicker:
         *,
         limit: int | None = None,
     ) -> list[Candidate]:
-        best = max(scores)
-        top = [i for i, score in enumerate(scores) if score >= best - TIE_TOLERANCE]
-        first = top[0] if len(top) == 1 else self._rng.choice(top)
+        # One stable sort, best first, gives both the primary's ties (a prefix of it, taken back
+        # to input order for the draw) and the fallbacks (equal scores keep input order).
+        order = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
+        threshold = scores[order[0]] - TIE_TOLERANCE
+        ties = 1
+        while ties < len(order) and scores[order[ties]] >= threshold:
+            ties += 1
+        first = order[0] if ties == 1 else self._rng.choice(sorted(order[:ties]))
         wanted = len(candidates) if limit is None else min(limit, len(candidates))
         if wanted <= 1:
             return [candidates[first]]
-        rest = sorted(  # stable, so equal scores keep input order
-            (i for i in range(len(candidates)) if i != first),
-            key=scores.__getitem__,
-            reverse=True,
-        )
-        return [candidates[first], *(candidates[i] for i in rest[: wanted - 1])]
+        order.remove(first)
+        return [candidates[first], *[candidates[i] for i in order[: wanted - 1]]]

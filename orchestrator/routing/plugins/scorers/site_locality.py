@@ -106,12 +106,23 @@ class SiteLocalityScorer:
     def score(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
+        if ctx.client_site is None:
+            return [1.0] * len(candidates)
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return self.score_utilised(ctx, view, candidates, rhos)
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]:
         client = ctx.client_site
         if client is None:
             return [1.0] * len(candidates)
         best_local = math.inf
         best_remote: dict[str, float] = {}
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
         for candidate, rho in zip(candidates, rhos, strict=True):
             ttft = predicted_ttft_s(candidate, view, rho)
             site = candidate.replica.site
