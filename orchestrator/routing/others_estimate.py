@@ -7,23 +7,22 @@ the same busy replicas at once, so those turn idle and the idle ones busy: with 
 imbalance grows at each round of requests instead of shrinking. This router sees its own requests
 finish; the same share of the others' is taken to have finished since the scrapes and to have
 been sent on evenly. So each replica's others is moved from its reported figure toward the
-reported mean by `f`: the share of this router's requests in flight at the scrapes (their median
+reported mean by `f`: the share of this router's requests in flight at the scrapes (their mean
 time) that have finished since. A router alone, whose reports show no others, is unaffected.
 
-Updated in O(replicas) when reports arrive, and in O(replicas off the mean) each time `f` has
-moved by an eighth, so the hot path (a request finishing) stays O(1) almost always.
+Updated in O(replicas) when reports arrive, and in O(replicas a whole request off the mean) each
+time `f` has moved by a quarter, until it reaches 1: a request finishing is O(1) almost always.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from bisect import bisect_right
 from collections.abc import Mapping
 
 from orchestrator.routing.stats import ReplicaStats
 
-F_STEPS = 8  # `f` is applied in steps of 1 / F_STEPS of the router's in-flight at the scrapes
+F_STEPS = 4  # `f` is applied in steps of 1 / F_STEPS of the router's in-flight at the scrapes
 
 
 class OthersEstimate:
@@ -33,6 +32,7 @@ class OthersEstimate:
         "_deviations",
         "_finished_ref",
         "_in_flight_ref",
+        "_kept",
         "_mean",
         "_refreshed_at",
         "_reported",
@@ -49,6 +49,7 @@ class OthersEstimate:
         self._finished_ref = 0
         self._in_flight_ref = 0
         self._refreshed_at = 0
+        self._kept = 1.0  # the share of the reported skew applied last
 
     def reported(self, replica_id: str, others: int, observed_at_s: float) -> None:
         self._reported[replica_id] = (others, observed_at_s)
@@ -69,20 +70,21 @@ class OthersEstimate:
         reported = self._reported
         if not reported:
             return
-        self._mean = statistics.fmean(others for others, _ in reported.values())
+        count = len(reported)
+        self._mean = sum(others for others, _ in reported.values()) / count
         self._deviations = {
             rid: others - self._mean
             for rid, (others, _) in reported.items()
-            if abs(others - self._mean) >= 0.5
+            if abs(others - self._mean) >= 1.0  # a whole request off: a rounding is no skew
         }
-        scraped_s = statistics.median(at for _, at in reported.values())
+        scraped_s = sum(at for _, at in reported.values()) / count
         index = bisect_right(totals, (scraped_s, math.inf, 0)) - 1
         _, self._finished_ref, self._in_flight_ref = totals[max(0, index)]
         self._apply(finished, stats)
 
     def finished(self, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
         """This router's finished total moved: apply `f` again once it has moved by a step."""
-        if self._deviations and finished - self._refreshed_at >= self._step():
+        if self._kept > 0.0 and self._deviations and finished - self._refreshed_at >= self._step():
             self._apply(finished, stats)
 
     def _step(self) -> int:
@@ -94,7 +96,7 @@ class OthersEstimate:
         done = finished - self._finished_ref
         # No request in flight at the scrapes: no sign of how fast requests turn over.
         share = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
-        kept = 1.0 - share
+        kept = self._kept = 1.0 - share
         mean = self._mean
         for replica_id, deviation in self._deviations.items():
             replica = stats.get(replica_id)
