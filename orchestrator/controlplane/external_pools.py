@@ -84,7 +84,8 @@ class ExternalReplicaChecker:
 
     `replica_tls` None takes config's `controlPlane.replicaTls`. `include_registered=False`
     checks only the configured endpoints: a checker over a share of the pools (`checker_actor`)
-    leaves those registered over gRPC to the control plane's own."""
+    leaves those registered over gRPC to the control plane's own, which is then
+    `include_configured=False`."""
 
     def __init__(
         self,
@@ -94,11 +95,13 @@ class ExternalReplicaChecker:
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         replica_tls: TlsFiles | None = None,
         include_registered: bool = True,
+        include_configured: bool = True,
     ) -> None:
         self._include_registered = include_registered
         self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
-        self._configured = external_registrations(config)
-        self._configured_ids = frozenset(r.replica_id for r in self._configured)
+        configured = external_registrations(config)
+        self._configured = configured if include_configured else []
+        self._configured_ids = frozenset(r.replica_id for r in configured)
         self._registry = registry
         self._interval_s = interval_s
 
