@@ -8,8 +8,13 @@ import socket
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, InstanceOf
 
 from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.config.router_timing import REQUEST_DEADLINE_S, RouterTimingSpec
+from orchestrator.config.settings_model import CheckedSettings
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.slo import MLPERF_TPOT_S, SloTargets
 from orchestrator.forwarding.breaker import BreakerSettings
@@ -19,51 +24,39 @@ from orchestrator.forwarding.dispatch_settings import (
     DEFAULT_STALL_TIMEOUT_S,
     DispatchSettings,
 )
-from orchestrator.forwarding.scraper import DEFAULT_INTERVAL_S
 from orchestrator.forwarding.upstream import UpstreamSettings
-from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.routing.profile import Profile
 from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
 
-REQUEST_DEADLINE_S = 600.0
+__all__ = ["REQUEST_DEADLINE_S", "RouterConfig", "RouterSettings", "profile_named"]
+Bound = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
-@dataclass(frozen=True, slots=True)
-class RouterSettings:
-    """Targets and limits of one router.
+class RouterSettings(RouterTimingSpec, CheckedSettings):
+    """Targets and limits of one router; a bad value raises INVALID_ARGUMENT naming the field.
 
     `slo` holds the latency targets per model and request class, in seconds on real hardware
     (MLPerf's 3 s TTFT and 80 ms TPOT unless the operator states others). `latency_scale` says
     only that the replicas are simulated and run that many times slower (their `timeScale`):
     every time the router compares against (targets, deadline, queue timeout) is stretched by it.
-    `load_stale_after_s` bounds the age of a load report from the control plane: older, the
-    replica's load is unknown (the file-fed scraper sets its own bound from its round length).
-    `first_byte_timeout_s` and `stall_timeout_s` bound one attempt at a stream (its first
-    bytes; the longest gap between its chunks; None: no bound), stretched by the latency scale
-    like the deadline; `migration_attempts` caps the replicas tried to continue one stream
-    (`forwarding/dispatcher.py`).
+    The deadline, connect timeout, scrape interval and load-report age are the `router.timing`
+    section's (`config/router_timing.py`; the file-fed scraper sets its own bound on a load's
+    age from its round length). `first_byte_timeout_s` and `stall_timeout_s` bound one attempt
+    at a stream (its first bytes; the longest gap between its chunks; None: no bound), stretched
+    by the latency scale like the deadline; `migration_attempts` caps the replicas tried to
+    continue one stream (`forwarding/dispatcher.py`); the `router.attempts` section sets them
+    (`config/attempts.py`, where 0 is "no bound"). The breaker, connection-pool and admission
+    settings are their sections' models.
     """
 
-    latency_scale: float = 1.0
-    slo: SloTargets = field(default_factory=SloTargets)
-    request_deadline_s: float = REQUEST_DEADLINE_S
-    connect_timeout_s: float = 2.0
-    first_byte_timeout_s: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
-    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
-    migration_attempts: int = DEFAULT_MIGRATION_ATTEMPTS
-    scrape_interval_s: float = DEFAULT_INTERVAL_S
-    load_stale_after_s: float = DEFAULT_LOAD_STALE_AFTER_S
-    breaker: BreakerSettings = field(default_factory=BreakerSettings)
-    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
-    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
-
-    def __post_init__(self) -> None:
-        for name in ("latency_scale", "request_deadline_s"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise OrchestratorError(
-                    ErrorCode.INVALID_ARGUMENT, f"{name} must be > 0, got {value}", param=name
-                )
+    latency_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    slo: InstanceOf[SloTargets] = Field(default_factory=SloTargets)
+    first_byte_timeout_s: Bound | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
+    stall_timeout_s: Bound | None = DEFAULT_STALL_TIMEOUT_S
+    migration_attempts: Annotated[int, Field(ge=0)] = DEFAULT_MIGRATION_ATTEMPTS
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
 
     @property
     def wall_slo(self) -> SloTargets:

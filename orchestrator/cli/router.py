@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.cli import router_attempts, router_limits, router_slo, tls
+from orchestrator.cli import router_attempts, router_limits, router_replicas, router_slo, tls
 from orchestrator.config.fields import DEFAULT_ROUTER_METRICS_PORT as DEFAULT_METRICS_PORT
+from orchestrator.config.flags import add_flags as add_model_flags
+from orchestrator.config.flags import from_args
+from orchestrator.config.grpc import GrpcSpec
 from orchestrator.core.arg_types import port, positive_float, positive_int
 
 
@@ -13,8 +16,6 @@ def cmd_router(args: argparse.Namespace) -> int:
     from functools import partial
     from pathlib import Path
 
-    from orchestrator.forwarding.upstream import UpstreamSettings
-    from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
     from orchestrator.frontends.http.server import Listen, serve
     from orchestrator.router_service import RouterConfig, RouterService, RouterSettings
@@ -23,9 +24,11 @@ def cmd_router(args: argparse.Namespace) -> int:
     server_tls = tls.server_files(args)  # flags that do not go together, before any file is read
     file_targets = load_replicas_slo(Path(args.config)) if args.config else None
     settings = RouterSettings(
+        **router_attempts.timing(args).model_dump(),
         latency_scale=args.latency_scale,
         slo=router_slo.targets(args, file_targets),
-        upstream=UpstreamSettings(replica_tls=tls.client_files(args, "replica")),
+        breaker=router_replicas.breaker_settings(args),
+        upstream=router_replicas.upstream_settings(args, tls.client_files(args, "replica")),
         admission=router_limits.admission_settings(args),
     )
     settings = router_attempts.with_attempts(settings, args)
@@ -41,21 +44,20 @@ def cmd_router(args: argparse.Namespace) -> int:
         keys = ApiKeys.from_file(Path(args.api_keys_file))
     elif args.api_keys_env is not None:
         keys = ApiKeys.from_env(args.api_keys_env)
-    http = HttpSettings(
-        max_body_bytes=args.max_body_bytes,
-        api_keys=keys,
-        stream_buffer_bytes=args.stream_buffer_bytes,
-    )
+    http = router_limits.http_settings(args, keys)
     listen = Listen(
         args.host, args.port, args.workers, server_tls,
         metrics_host=args.metrics_host, metrics_port=args.metrics_port or None,
     )  # fmt: skip
     companions = []
     if args.grpc_port:
-        from orchestrator.frontends.grpc.server import grpc_serving
+        from orchestrator.frontends.grpc.server import GrpcSettings, grpc_serving
 
+        grpc = GrpcSettings(**from_args(GrpcSpec, args).model_dump())
         companions.append(
-            partial(grpc_serving, host=args.host, port=args.grpc_port, tls=server_tls)
+            partial(
+                grpc_serving, host=args.host, port=args.grpc_port, settings=grpc, tls=server_tls
+            )
         )
     if args.control_plane is not None:
         from orchestrator.router_process.following import serve_following
@@ -112,10 +114,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     keys.add_argument("--api-keys-file", help="require one of these keys (one per line)")
     keys.add_argument("--api-keys-env", help="require one of the keys in this environment variable")
     router.add_argument(
-        "--max-body-bytes", type=positive_int, default=8 * 1024 * 1024,
-        help="largest request body accepted (default 8 MiB)",
-    )  # fmt: skip
-    router.add_argument(
         "--workers", type=positive_int, default=1,
         help="worker processes sharing the port with SO_REUSEPORT (default 1)",
     )  # fmt: skip
@@ -128,4 +126,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     router_slo.add_flags(router)
     router_limits.add_flags(router)
     router_attempts.add_flags(router)
+    router_replicas.add_flags(router)
+    add_model_flags(router, GrpcSpec)
     router.set_defaults(handler=cmd_router)

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from orchestrator.config.flags import to_flags
+from orchestrator.config.http import StreamBufferSpec
 from orchestrator.config.settings_model import SettingsModel
 
 
@@ -61,14 +62,9 @@ class AdmissionLimits(SettingsModel):
     )
 
 
-class AdmissionSpec(AdmissionLimits):
-    """Admission control, priority default and the slow-reader cap of the router."""
-
-    stream_buffer_bytes: Annotated[int, Field(ge=1)] = Field(
-        default=1024 * 1024,
-        alias="streamBufferBytes",
-        description="a client this many bytes behind a stream has it cut",
-    )
+class AdmissionSpec(StreamBufferSpec, AdmissionLimits):
+    """Admission control, priority default and the slow-reader cap of the router (declared in
+    `config/http.py`, which the HTTP front end's settings share)."""
 
     def router_flags(self) -> list[str]:
         """The `orchestrator router` flags that carry this section, for whatever starts routers

@@ -15,6 +15,8 @@
     router: {profile: capacity, httpPort: 8000, grpcPort: 50051, metricsPort: 9190,
              latencyScale: 10,
              slo: {ttftS: 3.0, tpotS: 0.08, classes: {batch: {ttftS: 30}}}}  # config/slo.py
+                                          # admission, attempts, breaker, upstream, http,
+                                          # grpc, timing: their keys in docs/settings.md
     controlPlane: {grpcPort: 50052}       # tls: {certFile, keyFile, clientCaFile} (mutual TLS);
                                           # httpSdPort: engines' Prometheus HTTP SD;
                                           # replicaTls: {caFile, certFile, keyFile} (checks)
@@ -51,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.config.admission import AdmissionSpec
 from orchestrator.config.attempts import AttemptsSpec
+from orchestrator.config.breaker import BreakerSpec
 from orchestrator.config.cross_checks import ConfigProblems, cross_field_problems, service_ports
 from orchestrator.config.errors import ConfigProblem
 from orchestrator.config.fabric_health import FabricHealthSpec
@@ -67,7 +70,11 @@ from orchestrator.config.fields import (
     RttMs,
     Scale,
 )
+from orchestrator.config.grpc import GrpcSpec
+from orchestrator.config.http import HttpSpec
+from orchestrator.config.router_timing import RouterTimingSpec
 from orchestrator.config.slo import SloSpec
+from orchestrator.config.upstream import UpstreamSpec
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.generations import Generation, parse_generation
 from orchestrator.core.records import EngineKind, Site
@@ -227,6 +234,11 @@ class RouterSpec(_Strict):
     latency_scale: Scale | None = Field(default=None, alias="latencyScale")
     admission: AdmissionSpec = AdmissionSpec()  # overload control (config/admission.py)
     attempts: AttemptsSpec = AttemptsSpec()  # attempt timeouts, migrations (config/attempts.py)
+    breaker: BreakerSpec = BreakerSpec()  # failing replicas' circuits (config/breaker.py)
+    upstream: UpstreamSpec = UpstreamSpec()  # connection pool to replicas (config/upstream.py)
+    http: HttpSpec = HttpSpec()  # the HTTP front end's limits (config/http.py)
+    grpc: GrpcSpec = GrpcSpec()  # the gRPC front end's bounds (config/grpc.py)
+    timing: RouterTimingSpec = RouterTimingSpec()  # deadline, load freshness (router_timing.py)
     slo: SloSpec = SloSpec()  # latency targets per class (config/slo.py)
 
     @field_validator("slo")

@@ -15,8 +15,8 @@ import grpc
 
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
+from orchestrator.config.router_timing import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.routing.fleet_state import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.grpc_tls import channel_credentials
 

@@ -19,28 +19,17 @@ from collections.abc import Set
 from dataclasses import dataclass
 from enum import StrEnum
 
+from orchestrator.config.breaker import BreakerSpec
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.routing.fleet_state import FleetState
+
+BreakerSettings = BreakerSpec  # declared once, as the `router.breaker` section
 
 
 class BreakerState(StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerSettings:
-    """`failure_threshold` consecutive failures open a circuit for at least `open_s` seconds."""
-
-    failure_threshold: int = 3
-    open_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.failure_threshold < 1:
-            raise ValueError(f"failure_threshold must be >= 1, got {self.failure_threshold}")
-        if not self.open_s >= 0:
-            raise ValueError(f"open_s must be >= 0, got {self.open_s}")
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from orchestrator.config.attempts import (
     DEFAULT_MIGRATION_ATTEMPTS,
     DEFAULT_STALL_TIMEOUT_S,
 )
+from orchestrator.config.router_timing import DEFAULT_CONNECT_TIMEOUT_S
 from orchestrator.core.slo import SloTargets
 
 __all__ = [
@@ -29,19 +30,11 @@ class DispatchSettings:
     bytes (a non-streamed answer's first byte comes with its last, so only the deadline bounds
     it); `stall_timeout_s` the longest gap between a stream's chunks. None: no bound but the
     deadline. `migration_attempts` caps the replicas tried to continue one stream (0: never),
-    over all its moves.
+    over all its moves. Built from the router's settings, which check every value.
     """
 
     slo: SloTargets
-    connect_timeout_s: float = 2.0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     first_byte_timeout_s: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
     migration_attempts: int = DEFAULT_MIGRATION_ATTEMPTS
-
-    def __post_init__(self) -> None:
-        for name in ("first_byte_timeout_s", "stall_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 (or None), got {value}")
-        if self.migration_attempts < 0:
-            raise ValueError(f"migration_attempts must be >= 0, got {self.migration_attempts}")

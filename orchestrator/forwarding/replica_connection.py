@@ -21,6 +21,7 @@ from typing import Final, Protocol, cast
 
 import httptools
 
+from orchestrator.config.upstream import DEFAULT_MAX_ANSWER_BYTES
 from orchestrator.forwarding.upstream_response import (
     PAUSE_READING_BYTES,
     UpstreamDisconnected,
@@ -30,7 +31,6 @@ from orchestrator.forwarding.upstream_response import (
 )
 
 __all__ = ["ConnectionHome", "ReplicaConnection", "UpstreamError", "UpstreamResponse"]
-DEFAULT_MAX_ANSWER_BYTES: Final = 32 * 1024 * 1024  # a whole (not streamed) answer, at most
 JOIN_BODY_BELOW_BYTES: Final = 64 * 1024  # smaller request bodies go out in one write with the head
 MAX_HEAD_BYTES: Final = 64 * 1024  # an answer's status line and header fields, together
 MAX_INTERIM_ANSWERS: Final = 8  # 1xx answers tolerated before the real one

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from orchestrator.config.router_timing import DEFAULT_SCRAPE_INTERVAL_S
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.records import Replica
 from orchestrator.engines import adapter_for
@@ -33,7 +34,7 @@ from orchestrator.table.snapshot import RoutingTable
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 1.0
+DEFAULT_INTERVAL_S = DEFAULT_SCRAPE_INTERVAL_S  # the `router.timing` section's
 DEFAULT_TIMEOUT_S = 2.0
 # Replicas visited per second at most: under a tenth of a core with vLLM-sized pages (7-9% at 512
 # replicas in `bench.fleet_scale`); 64 replicas are still visited every second, 512 every 8 s.

@@ -14,12 +14,14 @@ import logging
 import ssl
 from collections import deque
 from collections.abc import Set
-from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from pydantic import InstanceOf
+
+from orchestrator.config.upstream import UpstreamSpec
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.forwarding.replica_connection import DEFAULT_MAX_ANSWER_BYTES, ReplicaConnection
+from orchestrator.forwarding.replica_connection import ReplicaConnection
 from orchestrator.forwarding.upstream_response import (
     UpstreamConnectError,
     UpstreamDisconnected,
@@ -46,32 +48,12 @@ TLS_CHECK_INTERVAL_S: Final = 1.0  # how often the replica TLS files are stat'ed
 _JSON_HEADERS: Final = b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamSettings:
-    """Connection-pool limits.
-
-    `limit` caps requests in flight to all replicas together and `limit_per_host` to one
-    replica; a request over the cap waits for a free connection (within its deadline). Idle
-    connections do not count. `keepalive_s` is how long an idle connection is kept: below the
-    5 s that vLLM's uvicorn keeps one, so the router closes idle connections before the replica
-    does and rarely reuses a half-closed one. `max_answer_bytes` caps an answer read whole (a
-    larger one is a malformed answer: the client gets a clean 502). `replica_tls` verifies
+class UpstreamSettings(UpstreamSpec):
+    """The `router.upstream` limits (`config/upstream.py`) and `replica_tls`, which verifies
     `https` replicas (its CA; None: the system's trust store) and, with a cert, presents that
-    to them.
-    """
+    to them."""
 
-    limit: int = 4096
-    limit_per_host: int = 1024
-    keepalive_s: float = 4.0
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
-    replica_tls: TlsFiles | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("limit", "limit_per_host", "max_answer_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.keepalive_s > 0:
-            raise ValueError(f"keepalive_s must be > 0, got {self.keepalive_s}")
+    replica_tls: InstanceOf[TlsFiles] | None = None
 
 
 class _Origin:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from orchestrator.config.router_timing import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.in_flight_history import InFlightHistory
@@ -17,8 +18,6 @@ from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
 LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency averages
-# A load older than this is unknown, not idle: three missed reports at the default interval.
-DEFAULT_LOAD_STALE_AFTER_S = 3.0
 
 
 class FleetState:

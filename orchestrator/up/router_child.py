@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from orchestrator.config.flags import to_flags
 from orchestrator.config.schema import OrchestratorConfig
 from orchestrator.up.banner import Endpoints
 
@@ -36,6 +37,11 @@ def running_router(
         *config.router.admission.router_flags(),
         *config.router.attempts.router_flags(),
         *config.router.slo.router_flags(),
+        *to_flags(config.router.breaker),
+        *to_flags(config.router.upstream),
+        *to_flags(config.router.http),
+        *to_flags(config.router.grpc),
+        *to_flags(config.router.timing),
     ]  # fmt: skip
     router = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent)
     progress(f"router starting on http://{endpoints.host}:{endpoints.http_port} (pid {router.pid})")

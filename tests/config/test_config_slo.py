@@ -58,12 +58,40 @@ def test_bad_targets_are_refused_naming_the_field(document: dict, field: str) ->
         SloSpec.model_validate(document)
 
 
-def test_the_flags_carry_the_same_targets_as_the_section() -> None:
-    section = SloSpec.model_validate({"ttftS": 1.5, "tpotS": 0.06, "classes": {"batch": {}}})
-    parser = argparse.ArgumentParser()
+def slo_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(exit_on_error=False)
     router_slo.add_flags(parser)
-    args = parser.parse_args(section.router_flags())
+    return parser
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"ttftS": 1.5, "tpotS": 0.06, "classes": {"batch": {}}},
+        {"tpotS": 0.0123456789, "e2eS": 90, "classes": {"x": {"ttftS": 0.3}, "batch": {}}},
+    ],
+)
+def test_the_flags_carry_the_same_targets_as_the_section(document: dict) -> None:
+    section = SloSpec.model_validate(document)
+    args = slo_parser().parse_args(section.router_flags())
     assert router_slo.targets(args) == section.targets()
+    assert router_slo.targets(slo_parser().parse_args([])) == SloSpec().targets()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ttft", "-1"], "greater than 0"),
+        (["--e2e", "inf"], "finite number"),
+        (["--tpot", "fast"], "valid number"),
+        (["--class-slo", "batch=1"], "NAME=TTFT/TPOT"),
+    ],
+)
+def test_a_bad_flag_names_the_flag_and_the_value(flags: list[str], message: str) -> None:
+    with pytest.raises(argparse.ArgumentError) as error:
+        slo_parser().parse_args(flags)
+    assert message in str(error.value) and flags[0] in str(error.value)
+    assert flags[1] in str(error.value)
 
 
 def test_flags_override_the_replicas_files_fleet_wide_targets(tmp_path: Path) -> None:

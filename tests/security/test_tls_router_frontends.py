@@ -61,6 +61,7 @@ def router(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRo
         command = [
             sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
             "--config", str(replicas), "--port", "0", "--grpc-port", str(grpc_port),
+            "--metrics-port", "0",
             "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
         ]  # fmt: skip
         process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)

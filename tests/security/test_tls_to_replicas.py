@@ -36,7 +36,7 @@ def router_over(replica_url: str, directory: Path, *flags: str) -> subprocess.Po
     )
     command = [
         sys.executable, "-m", "orchestrator", "--log-level", "WARNING", "router",
-        "--config", str(replicas), "--port", "0", "--grpc-port", "0", *flags,
+        "--config", str(replicas), "--port", "0", "--grpc-port", "0", "--metrics-port", "0", *flags,
     ]  # fmt: skip
     return subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
 

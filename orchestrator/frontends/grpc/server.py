@@ -17,18 +17,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Final
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from orchestrator.config.grpc import GrpcSpec
+from orchestrator.config.settings_model import CheckedSettings
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.frontends.grpc.auth import KeyInterceptor
 from orchestrator.frontends.grpc.servicer import (
     SERVICE_NAME,
-    WRITE_STALL_S,
     RouterServicer,
     add_router_servicer,
 )
@@ -43,29 +43,12 @@ SERVING: Final = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: Final = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-@dataclass(frozen=True, slots=True)
-class GrpcSettings:
-    """`grace_s`: how long in-flight calls may run on after `stop()`. `health_interval_s`: how
-    often health re-reads readiness. `max_message_bytes` caps a request (as the HTTP body cap).
-    `write_stall_s`: a stream whose client takes no message for this long is cut. A connection
-    must finish its handshake within `handshake_s` and is closed after `idle_s` without calls
-    (the HTTP port's idle bound)."""
-
-    grace_s: float = 30.0
-    health_interval_s: float = 0.5
-    max_message_bytes: int = 8 * 1024 * 1024
-    write_stall_s: float = WRITE_STALL_S
-    handshake_s: float = 10.0
-    idle_s: float = 75.0
-
-    def __post_init__(self) -> None:
-        for name in ("grace_s", "health_interval_s", "max_message_bytes", "write_stall_s",
-                     "handshake_s", "idle_s"):  # fmt: skip
-            value = getattr(self, name)
-            if not value > 0:
-                raise OrchestratorError(
-                    ErrorCode.INVALID_ARGUMENT, f"{name} must be > 0, got {value}", param=name
-                )
+class GrpcSettings(GrpcSpec, CheckedSettings):
+    """The `router.grpc` section's bounds (`config/grpc.py`): `grace_s`, how long in-flight
+    calls may run on after `stop()`; `health_interval_s`, how often health re-reads readiness;
+    `max_message_bytes` caps a request; `write_stall_s` cuts a stream whose client takes no
+    message; `handshake_s` and `idle_s` bound a connection's handshake and its time without
+    calls. A bad value raises INVALID_ARGUMENT naming the field."""
 
 
 class GrpcServer:

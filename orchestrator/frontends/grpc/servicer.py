@@ -28,6 +28,7 @@ import grpc
 from orchestrator._proto.orchestrator.router.v1 import router_pb2 as pb
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
 from orchestrator.admission.errors import Refused
+from orchestrator.config.grpc import DEFAULT_WRITE_STALL_S
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.openai_errors import log_unhandled
 from orchestrator.core.records import Replica
@@ -45,7 +46,7 @@ FRONTEND: Final = "grpc"
 SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["RouterService"].full_name
 OWNED_BY: Final = "orchestrator"
 RETRY_AFTER_KEY: Final = "retry-after"
-WRITE_STALL_S: Final = 30.0  # a stream whose client takes no message for this long is cut
+WRITE_STALL_S: Final = DEFAULT_WRITE_STALL_S  # a stream whose client takes no message this long
 
 GenerateContext: TypeAlias = grpc.aio.ServicerContext[pb.GenerateRequest, pb.GenerateResponse]
 ListModelsContext: TypeAlias = grpc.aio.ServicerContext[pb.ListModelsRequest, pb.ListModelsResponse]

@@ -24,15 +24,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
+from pydantic import InstanceOf
 
 from orchestrator.admission.keys import ApiKey
+from orchestrator.config.http import HttpSpec, StreamBufferSpec
+from orchestrator.config.settings_model import CheckedSettings
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
@@ -53,29 +55,16 @@ COMPLETIONS_PATH: Final = "/v1/completions"
 TOKENIZE_PATHS: Final = ("/tokenize", "/detokenize")
 MODELS_LOOKUP_S: Final = 2.0  # how long `/v1/models` waits for a replica's context length
 MODELS_LOOKUP_EVERY_S: Final = 30.0  # how often it asks again while some length is unknown
-DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
-DEFAULT_STREAM_BUFFER_BYTES: Final = 1024 * 1024
 REPLICA_HEADER: Final = "x-orchestrator-replica"
 STREAM_HEADERS: Final = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
 
 
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    """`max_body_bytes` caps a request body; `api_keys` None means no authentication;
-    `stream_buffer_bytes` caps a stream's bytes the client has not read yet (then it is cut)."""
+class HttpSettings(HttpSpec, StreamBufferSpec, CheckedSettings):
+    """`max_body_bytes` caps a request body; `stream_buffer_bytes` caps a stream's bytes the
+    client has not read yet (then it is cut); both declared in `config/http.py`. `api_keys`
+    None means no authentication. A bad value raises INVALID_ARGUMENT naming the field."""
 
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    api_keys: ApiKeys | None = None
-    stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
-
-    def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "stream_buffer_bytes"):
-            if getattr(self, name) < 1:
-                raise OrchestratorError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"{name} must be >= 1, got {getattr(self, name)}",
-                    param=name,
-                )
+    api_keys: InstanceOf[ApiKeys] | None = None
 
 
 class OpenAiFrontend:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.config.http import DEFAULT_MAX_BODY_BYTES, DEFAULT_STREAM_BUFFER_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
@@ -13,8 +15,8 @@ class ConnectionSettings:
     reading and answering pipelined requests until the client has read; a client that reads
     nothing for `write_stall_s` once it is reached is dropped."""
 
-    max_body_bytes: int = 8 * 1024 * 1024
-    stream_buffer_bytes: int = 1024 * 1024
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES
     idle_s: float = 75.0
     head_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
