@@ -8,6 +8,7 @@ synchronous and pure over what they are given.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -159,6 +160,22 @@ class RequestObserver(Protocol):
     """Optional: a plugin that wants to know where requests went (prefix affinity, round robin)."""
 
     def on_routed(self, ctx: RequestContext, replica: Replica) -> None: ...
+
+
+@runtime_checkable
+class Seeded(Protocol):
+    """Optional: a plugin that draws at random (a tie-break, a sample, nominees). Router processes
+    sharing a fleet each build the same profile with the same seeds; `reseed` mixes a process's
+    identity in (`Profile.reseed`), so they do not draw in lockstep and send their next requests
+    to the same replica on the same table."""
+
+    def reseed(self, salt: int) -> None: ...
+
+
+def salt_rng(rng: random.Random, salt: int) -> None:
+    """Reseed `rng` from its configured state and `salt`: the same seed and salt draw the same
+    sequence (tests stay reproducible), another salt another one."""
+    rng.seed(hash((rng.getrandbits(64), salt)))
 
 
 PluginParams = Mapping[str, Any]

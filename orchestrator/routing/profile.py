@@ -28,8 +28,10 @@ from orchestrator.routing.plugin import (
     RequestObserver,
     RoutingView,
     Scorer,
+    Seeded,
     UtilisationScorer,
     WholeSetPicker,
+    salt_rng,
 )
 from orchestrator.routing.sampling import sample
 from orchestrator.routing.signals import utilisations
@@ -161,7 +163,8 @@ class Profile:
 
     A `WholeSetPicker` (round robin, weighted random) sees every survivor, unsampled and
     unscored, so such a profile has no scorers. Randomness comes from `random.Random(seed)`;
-    router processes sharing a fleet should use different seeds, or they sample in lockstep.
+    router processes sharing a fleet must not draw in lockstep, so each mixes its identity into
+    the seeds (`reseed`).
     """
 
     __slots__ = ("_state", "spec")
@@ -173,6 +176,18 @@ class Profile:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def reseed(self, salt: int) -> None:
+        """Mix `salt` (a router process's identity) into the sampling's seed and each drawing
+        plugin's (`Seeded`): routers built from one profile file then break ties and sample apart
+        instead of all sending their next request to the same replica of the same table."""
+        salt_rng(self._state.rng, salt)
+        spec = self.spec
+        for plugin in (*(f.plugin for f in spec.filters), *(s.plugin for s in spec.scorers)):
+            if isinstance(plugin, Seeded):
+                plugin.reseed(salt)
+        if isinstance(spec.picker, Seeded):
+            spec.picker.reseed(salt)
 
     def decide(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
-from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
@@ -98,6 +98,9 @@ class SiteLocalityScorer:
             nominees=parsed.nominees,
             rng=random.Random(parsed.seed),
         )
+
+    def reseed(self, salt: int) -> None:
+        salt_rng(self._rng, salt)
 
     def spilling(self, client_site: str, remote_site: str) -> bool:
         """Whether requests from `client_site` may go to `remote_site` as if it were local."""
