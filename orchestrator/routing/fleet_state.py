@@ -41,6 +41,7 @@ class FleetState:
         self._history: dict[str, InFlightHistory] = {}
         self._others = OthersEstimate(history_s) if clock is not None else None
         self._finished_total = 0  # every replica's, for `_others`
+        self._ready_models: dict[str, str] = {}  # ready replicas' model by id, for `_others`
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
@@ -49,6 +50,9 @@ class FleetState:
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
         live = {r.replica_id for r in table.replicas}
+        self._ready_models = {
+            r.replica_id: r.model for r in table.replicas if r.state is ReplicaState.READY
+        }
         for replica_id in list(self._stats):
             if replica_id not in live:
                 del self._stats[replica_id]
@@ -192,7 +196,9 @@ class FleetState:
         (`routing/others_estimate.py`; with a clock only)."""
         if self._others is not None:
             in_flight = sum(self._in_flight_by_tpot.values())
-            self._others.rebase(now_s, self._finished_total, in_flight, self._stats)
+            self._others.rebase(
+                now_s, self._finished_total, in_flight, self._stats, self._ready_models
+            )
 
     def _log(self, replica_id: str, in_flight: int) -> None:
         if self._clock is None:

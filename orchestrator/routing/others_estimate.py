@@ -6,9 +6,15 @@ next report. Counting them where they were makes every router move its next requ
 the same busy replicas at once, so those turn idle and the idle ones busy: with four routers the
 imbalance grows at each round of requests instead of shrinking. This router sees its own requests
 finish; the same share of the others' is taken to have finished since the scrapes and to have
-been sent on evenly. So each replica's others is moved from its reported figure toward the
-reported mean by `f`: the share of this router's requests in flight at the scrapes (their mean
-time) that have finished since. A router alone, whose reports show no others, is unaffected.
+been sent on by capacity. So each replica's others is moved from its reported figure toward its
+capacity's share of its model's others by `f`, the share of this router's requests in flight at
+the scrapes (their mean time) that have finished since:
+
+    others_i = kept * reported_i + (1 - kept) * C_i * sum(others) / sum(C),    kept = 1 - f,
+
+the sums over the ready replicas of the same model (a request for one model never moves to
+another's replicas, and one that is not ready takes none). A router alone, whose reports show no
+others, is unaffected.
 
 Updated in O(replicas) when reports arrive, and in O(replicas a whole request off the mean) each
 time `f` has moved by a quarter, until it reaches 1: a request finishing is O(1) almost always.
@@ -33,7 +39,6 @@ class OthersEstimate:
         "_finished_ref",
         "_in_flight_ref",
         "_kept",
-        "_mean",
         "_refreshed_at",
         "_reported",
         "_totals",
@@ -44,8 +49,8 @@ class OthersEstimate:
         self._window_s = window_s
         self._reported: dict[str, tuple[int, float]] = {}  # id: (others, scraped at)
         self._totals: list[tuple[float, int, int]] = []  # (time, finished, in flight), oldest first
-        self._mean = 0.0
-        self._deviations: dict[str, float] = {}  # replicas off the mean: reported - mean
+        # replicas off their share: (share, reported - share)
+        self._deviations: dict[str, tuple[float, float]] = {}
         self._finished_ref = 0
         self._in_flight_ref = 0
         self._refreshed_at = 0
@@ -59,25 +64,45 @@ class OthersEstimate:
         self._deviations.pop(replica_id, None)
 
     def rebase(
-        self, now_s: float, finished: int, in_flight: int, stats: Mapping[str, ReplicaStats]
+        self,
+        now_s: float,
+        finished: int,
+        in_flight: int,
+        stats: Mapping[str, ReplicaStats],
+        ready_models: Mapping[str, str],
     ) -> None:
-        """After a batch of reports: the mean, who is off it, and the totals at the scrapes."""
+        """After a batch of reports: each ready replica's share, who is off it, and the totals at
+        the scrapes. `ready_models`: the model of each ready replica, by id."""
         totals = self._totals
         totals.append((now_s, finished, in_flight))
         keep_from = bisect_right(totals, (now_s - self._window_s, math.inf, 0))
         if keep_from > 1:
             del totals[: keep_from - 1]
-        reported = self._reported
-        if not reported:
+        by_model: dict[str, list[tuple[str, int, float]]] = {}
+        scraped = []
+        for replica_id, (others, at_s) in self._reported.items():
+            model = ready_models.get(replica_id)
+            replica = stats.get(replica_id)
+            if model is None or replica is None:
+                continue
+            by_model.setdefault(model, []).append(
+                (replica_id, others, replica.capacity_tokens_per_s)
+            )
+            scraped.append(at_s)
+        self._deviations = {}
+        if not scraped:
             return
-        count = len(reported)
-        self._mean = sum(others for others, _ in reported.values()) / count
-        self._deviations = {
-            rid: others - self._mean
-            for rid, (others, _) in reported.items()
-            if abs(others - self._mean) >= 1.0  # a whole request off: a rounding is no skew
-        }
-        scraped_s = sum(at for _, at in reported.values()) / count
+        for members in by_model.values():
+            total_others = sum(others for _, others, _ in members)
+            total_capacity = sum(capacity for _, _, capacity in members)
+            for replica_id, others, capacity in members:
+                if total_capacity > 0:
+                    share = capacity * total_others / total_capacity
+                else:
+                    share = total_others / len(members)
+                if abs(others - share) >= 1.0:  # a whole request off: a rounding is no skew
+                    self._deviations[replica_id] = (share, others - share)
+        scraped_s = sum(scraped) / len(scraped)
         index = bisect_right(totals, (scraped_s, math.inf, 0)) - 1
         _, self._finished_ref, self._in_flight_ref = totals[max(0, index)]
         self._apply(finished, stats)
@@ -97,8 +122,7 @@ class OthersEstimate:
         # No request in flight at the scrapes: no sign of how fast requests turn over.
         share = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
         kept = self._kept = 1.0 - share
-        mean = self._mean
-        for replica_id, deviation in self._deviations.items():
+        for replica_id, (share, deviation) in self._deviations.items():
             replica = stats.get(replica_id)
             if replica is not None:
-                replica.others = max(0, round(mean + kept * deviation))
+                replica.others = max(0, round(share + kept * deviation))
