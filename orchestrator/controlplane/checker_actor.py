@@ -3,7 +3,8 @@ actor of its own.
 
 For a small external fleet the control plane's own checker scrapes every endpoint from its
 process. Past `ENDPOINTS_PER_CHECKER` configured endpoints the control plane starts one of these
-per share of pools (`checker_shares`: whole pools, so replica ids stay `<pool>-<index>`), spread
+per share of about that many endpoints (`checker_shares`: small pools whole, a large one cut
+into index ranges; replica ids stay `<pool>-<index>`), spread
 over the cluster's nodes, so no one process parses every page each second, and keeps only the
 replicas registered over gRPC to itself. Each reports to the cluster's named `Registry`, as replica
 actors do.
@@ -12,7 +13,10 @@ actors do.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import os
+from dataclasses import dataclass
 from typing import Any, Final
 
 import ray
@@ -21,6 +25,7 @@ from orchestrator.config.schema import OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.external_pools import (
     DEFAULT_CHECK_INTERVAL_S,
     ExternalReplicaChecker,
+    external_registrations,
 )
 from orchestrator.core.records import EngineKind
 
@@ -29,36 +34,65 @@ from orchestrator.core.records import EngineKind
 ENDPOINTS_PER_CHECKER: Final = 64
 
 
+@dataclass(frozen=True, slots=True)
+class CheckerShare:
+    """The external endpoints one checker actor checks: `replica_ids` of `config`'s pools (whole
+    pool specs, so each endpoint keeps its `<pool>-<index>` id)."""
+
+    config: OrchestratorConfig
+    replica_ids: frozenset[str]
+
+    @classmethod
+    def whole(cls, config: OrchestratorConfig) -> CheckerShare:
+        """Every configured external endpoint of `config`."""
+        return cls(config, frozenset(r.replica_id for r in external_registrations(config)))
+
+
 def checker_shares(
     config: OrchestratorConfig, per_checker: int = ENDPOINTS_PER_CHECKER
-) -> list[OrchestratorConfig]:
-    """`config` cut into shares of whole external pools of about `per_checker` endpoints each (a
-    larger pool is a share of its own); no share at all while every external endpoint together
-    is within `per_checker`: the control plane's own checker is enough then."""
+) -> list[CheckerShare]:
+    """The configured external endpoints cut into shares of at most `per_checker` each (small
+    pools packed whole, a larger one cut into even index ranges); no share at all while every
+    external endpoint together is within `per_checker`: the control plane's own checker is enough
+    then."""
     external = [p for p in config.pools if p.engine is EngineKind.EXTERNAL and p.endpoints]
     if sum(len(p.endpoints) for p in external) <= per_checker:
         return []
-    shares: list[list[PoolSpec]] = [[]]
+    pieces: list[tuple[PoolSpec, range]] = []
     for pool in external:
-        if shares[-1] and sum(len(p.endpoints) for p in shares[-1]) + len(pool.endpoints) > (
-            per_checker
-        ):
+        count = len(pool.endpoints)
+        cuts = max(1, math.ceil(count / max(1, per_checker)))
+        bounds = [count * i // cuts for i in range(cuts + 1)]
+        pieces += [(pool, range(start, stop)) for start, stop in itertools.pairwise(bounds)]
+    shares: list[list[tuple[PoolSpec, range]]] = [[]]
+    for piece in pieces:
+        if shares[-1] and sum(len(r) for _, r in shares[-1]) + len(piece[1]) > per_checker:
             shares.append([])
-        shares[-1].append(pool)
-    return [config.model_copy(update={"pools": tuple(share)}) for share in shares]
+        shares[-1].append(piece)
+    return [_share(config, share) for share in shares]
+
+
+def _share(config: OrchestratorConfig, pieces: list[tuple[PoolSpec, range]]) -> CheckerShare:
+    pools = tuple(dict.fromkeys(pool for pool, _ in pieces))
+    ids = frozenset(f"{pool.name}-{index}" for pool, indices in pieces for index in indices)
+    return CheckerShare(config.model_copy(update={"pools": pools}), ids)
 
 
 class ExternalChecker:
-    """Ray actor class: checks the external pools of `config` until stopped."""
+    """Ray actor class: checks the external endpoints of `share` until stopped."""
 
     def __init__(
         self,
-        config: OrchestratorConfig,
+        share: CheckerShare,
         registry: Any,
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
     ) -> None:
         self._checker = ExternalReplicaChecker(
-            config, registry, interval_s=interval_s, include_registered=False
+            share.config,
+            registry,
+            interval_s=interval_s,
+            include_registered=False,
+            only=share.replica_ids,
         )
         self._task: asyncio.Task[None] | None = None
 

@@ -85,7 +85,7 @@ class ExternalReplicaChecker:
     `replica_tls` None takes config's `controlPlane.replicaTls`. `include_registered=False`
     checks only the configured endpoints: a checker over a share of the pools (`checker_actor`)
     leaves those registered over gRPC to the control plane's own, which is then
-    `include_configured=False`."""
+    `include_configured=False`; `only` (replica ids) keeps that share's configured endpoints."""
 
     def __init__(
         self,
@@ -96,10 +96,13 @@ class ExternalReplicaChecker:
         replica_tls: TlsFiles | None = None,
         include_registered: bool = True,
         include_configured: bool = True,
+        only: frozenset[str] | None = None,
     ) -> None:
         self._include_registered = include_registered
         self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
-        configured = external_registrations(config)
+        configured = [
+            r for r in external_registrations(config) if only is None or r.replica_id in only
+        ]
         self._configured = configured if include_configured else []
         self._configured_ids = frozenset(r.replica_id for r in configured)
         self._registry = registry
