@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from orchestrator.controlplane.external_pools import (
     external_registrations,
 )
 from orchestrator.core.records import EngineKind
+
+log = logging.getLogger(__name__)
 
 # One process parses about this many 35 KB vLLM pages a second in a few percent of a core
 # (docs/benchmarks.md, fleet scale).
@@ -54,9 +57,18 @@ def checker_shares(
     """The configured external endpoints cut into shares of at most `per_checker` each (small
     pools packed whole, a larger one cut into even index ranges); no share at all while every
     external endpoint together is within `per_checker`: the control plane's own checker is enough
-    then."""
+    then. None either with `controlPlane.replicaTls`: its files are mounted in the control
+    plane's pod only (the Helm chart), so an actor elsewhere could verify no replica."""
     external = [p for p in config.pools if p.engine is EngineKind.EXTERNAL and p.endpoints]
-    if sum(len(p.endpoints) for p in external) <= per_checker:
+    endpoints = sum(len(p.endpoints) for p in external)
+    if endpoints <= per_checker:
+        return []
+    if config.control_plane.replica_tls is not None:
+        log.warning(
+            "checking all %d external endpoints in the control plane's process, not in checker"
+            " actors: the replicaTls files are only there",
+            endpoints,
+        )
         return []
     pieces: list[tuple[PoolSpec, range]] = []
     for pool in external:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ import ray
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
-from orchestrator.config.schema import OrchestratorConfig, PoolSpec
+from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.checker_actor import checker_shares
 from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker, external_registrations
@@ -244,6 +245,21 @@ def test_one_large_external_pool_is_cut_into_shares_with_its_replica_ids_kept() 
     ids = [replica_id for share in shares for replica_id in share.replica_ids]
     assert sorted(ids) == sorted(r.replica_id for r in external_registrations(config))
     assert len(ids) == len(set(ids)) == 512
+
+
+def test_with_replica_tls_every_external_endpoint_is_checked_in_the_control_plane(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The replica TLS files are mounted in the control plane's pod alone: checker actors on other
+    nodes would fail every check, so there are none, and the log says why."""
+    tls = ClientTlsSpec(caFile="/etc/orchestrator/replica-tls/ca.crt")
+    config = default_config().model_copy(update={"pools": (external("crusoe", 512),)})
+    config = config.model_copy(
+        update={"control_plane": config.control_plane.model_copy(update={"replica_tls": tls})}
+    )
+    with caplog.at_level(logging.WARNING, logger="orchestrator.controlplane.checker_actor"):
+        assert checker_shares(config, per_checker=64) == []
+    assert "replicaTls" in caplog.text and "512" in caplog.text
 
 
 def test_past_its_share_of_endpoints_the_control_plane_checks_them_in_checker_actors(
