@@ -136,8 +136,8 @@ class FleetState:
     ) -> None:
         self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
         self._finished_total += 1
-        if self._others is not None:
-            self._others.finished(self._finished_total, self._stats)
+        if self._others is not None and self._clock is not None:
+            self._others.finished(self._clock(), self._finished_total, self._stats)
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
@@ -182,6 +182,8 @@ class FleetState:
             stats.load = None
             stats.load_known_until_s = -math.inf
             stats.load_problem = problem
+            if self._others is not None:
+                self._others.forget(replica_id)
             return stats
         stats.load = load
         stats.others = max(0, load.running + load.waiting - self._own_at(replica_id, load, stats))

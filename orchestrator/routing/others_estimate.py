@@ -13,8 +13,9 @@ the scrapes (their mean time) that have finished since:
     others_i = kept * reported_i + (1 - kept) * C_i * sum(others) / sum(C),    kept = 1 - f,
 
 the sums over the ready replicas of the same model (a request for one model never moves to
-another's replicas, and one that is not ready takes none). A router alone, whose reports show no
-others, is unaffected.
+another's replicas, and one that is not ready takes none) whose load is known: a stale or
+unreadable load is unknown, so it neither counts in the sums nor is moved once it has gone stale.
+A router alone, whose reports show no others, is unaffected.
 
 Updated in O(replicas) when reports arrive, and in O(replicas a whole request off the mean) each
 time `f` has moved by a quarter, until it reaches 1: a request finishing is O(1) almost always.
@@ -80,10 +81,13 @@ class OthersEstimate:
             del totals[: keep_from - 1]
         by_model: dict[str, list[tuple[str, int, float]]] = {}
         scraped = []
-        for replica_id, (others, at_s) in self._reported.items():
-            model = ready_models.get(replica_id)
+        for replica_id, (others, at_s) in list(self._reported.items()):
             replica = stats.get(replica_id)
-            if model is None or replica is None:
+            if at_s < now_s - self._window_s or replica is None:
+                del self._reported[replica_id]  # read too long ago to set against our totals
+                continue
+            model = ready_models.get(replica_id)
+            if model is None or replica.load is None or not replica.load_known(now_s):
                 continue
             by_model.setdefault(model, []).append(
                 (replica_id, others, replica.capacity_tokens_per_s)
@@ -105,24 +109,26 @@ class OthersEstimate:
         scraped_s = sum(scraped) / len(scraped)
         index = bisect_right(totals, (scraped_s, math.inf, 0)) - 1
         _, self._finished_ref, self._in_flight_ref = totals[max(0, index)]
-        self._apply(finished, stats)
+        self._apply(now_s, finished, stats)
 
-    def finished(self, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
+    def finished(self, now_s: float, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
         """This router's finished total moved: apply `f` again once it has moved by a step."""
         if self._kept > 0.0 and self._deviations and finished - self._refreshed_at >= self._step():
-            self._apply(finished, stats)
+            self._apply(now_s, finished, stats)
 
     def _step(self) -> int:
         return max(1, self._in_flight_ref // F_STEPS)
 
-    def _apply(self, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
+    def _apply(self, now_s: float, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
         self._refreshed_at = finished
         in_flight = self._in_flight_ref
         done = finished - self._finished_ref
         # No request in flight at the scrapes: no sign of how fast requests turn over.
-        share = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
-        kept = self._kept = 1.0 - share
-        for replica_id, (share, deviation) in self._deviations.items():
+        turned = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
+        kept = self._kept = 1.0 - turned
+        for replica_id, (share, deviation) in list(self._deviations.items()):
             replica = stats.get(replica_id)
-            if replica is not None:
-                replica.others = max(0, round(share + kept * deviation))
+            if replica is None or not replica.load_known(now_s):
+                del self._deviations[replica_id]  # stale since: unknown, left as it was
+                continue
+            replica.others = max(0, round(share + kept * deviation))

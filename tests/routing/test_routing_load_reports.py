@@ -195,3 +195,35 @@ def test_other_routers_load_on_a_replica_that_is_not_ready_stays_its_own() -> No
     replicas.append(replica("draining", state=ReplicaState.DRAINING))
     others = {"r0": 9, "r1": 0, "r2": 0, "draining": 6}
     assert _turned_over(replicas, others) == {"r0": 3, "r1": 3, "r2": 3, "draining": 6}
+
+
+def test_a_stale_or_unreadable_load_neither_counts_in_the_shares_nor_is_moved() -> None:
+    """Four replicas, other routers' 8 on `a`: `stale` (20 others, read long before) and `broken`
+    (its page now an adapter error) stay out of the shares, so the 8 spread over the four alone;
+    once the four go stale too, finishing requests moves nothing (unknown is not idle)."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    ids = ["a", "b", "c", "d", "stale", "broken"]
+    replicas = [replica(i) for i in ids]
+    fleet.sync(table(replicas))
+    for target in replicas:
+        fleet.started(target)
+    clock.now_s = 1.0
+    fleet.reported("stale", busy(21, at_s=0.2), now_s=1.0, stale_after_s=0.5)
+    fleet.reported("broken", busy(21, at_s=1.0), now_s=1.0)
+    fleet.reported("broken", None, now_s=1.0, problem="unreadable page")
+    for target in replicas[:4]:
+        running = 9 if target.replica_id == "a" else 1
+        fleet.reported(target.replica_id, busy(running, at_s=1.0), now_s=1.0, stale_after_s=2.0)
+    fleet.reports_taken(1.0)
+
+    def others() -> dict[str, int]:
+        return {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
+
+    for target in replicas[:3]:  # half of ours in flight at the scrape finish
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    assert others() == {"a": 5, "b": 1, "c": 1, "d": 1, "stale": 20, "broken": 20}
+    clock.now_s = 3.5  # the four's loads are stale now
+    for target in replicas[3:]:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    assert others() == {"a": 5, "b": 1, "c": 1, "d": 1, "stale": 20, "broken": 20}
