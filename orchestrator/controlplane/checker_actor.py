@@ -17,6 +17,7 @@ import itertools
 import logging
 import math
 import os
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,14 +111,36 @@ class ExternalChecker:
 
     async def start(self) -> int:
         """Start checking, unless it already does (the control plane calls it again after a
-        restart of this actor); returns this actor's process id (for measuring what it costs)."""
-        if self._task is None:
+        restart of this actor, or after its checks died of an error, which is logged); returns
+        this actor's process id (for measuring what it costs)."""
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            log.error("external checks stopped; starting them again", exc_info=task.exception())
+        if task is None or task.done():
             self._task = asyncio.create_task(self._checker.run())
         return os.getpid()
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+async def start_checkers(starts: Iterable[Awaitable[object]], timeout_s: float) -> None:
+    """Tell every checker actor to start, all at once and for `timeout_s` at most: one that is
+    restarting or on a lost node is told again next time and holds none of the others up."""
+    tasks = [asyncio.ensure_future(start) for start in starts]
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    failed = [task.exception() for task in done if task.exception() is not None]
+    if pending or failed:
+        log.warning(
+            "%d of %d external checker actors not started (%d not within %g s): %s",
+            len(pending) + len(failed), len(tasks), len(pending), timeout_s,
+            "; ".join(str(exc) for exc in failed[:3]) or "timed out",
+        )  # fmt: skip
 
 
 ExternalCheckerActor = ray.remote(num_cpus=0, max_restarts=-1, scheduling_strategy="SPREAD")(
