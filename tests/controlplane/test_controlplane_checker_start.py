@@ -1,5 +1,6 @@
 """Checker actors are kept checking: one whose checks died starts them again, and the control
-plane's start calls run at once, bounded, so one lost actor holds none of the others up."""
+plane's start calls run at once, bounded, so one lost actor holds none of the others up. A load's
+age when sent on counts on the monotonic clock."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from orchestrator.config import default_config
 from orchestrator.controlplane.checker_actor import CheckerShare, ExternalChecker, start_checkers
+from orchestrator.controlplane.metrics_page import read_age_s
+from orchestrator.core.records import ReplicaLoad
 
 
 class _FailsOnce:
@@ -69,3 +72,11 @@ def test_checker_starts_run_at_once_and_a_hung_one_is_given_up_on(
         took_s = asyncio.run(scenario())
     assert sorted(started) == ["a", "b"] and took_s < 1.0
     assert "2 of 4" in caplog.text and "actor restarting" in caplog.text
+
+
+def test_a_loads_age_counts_from_its_read_on_the_monotonic_clock_not_its_wall_stamp() -> None:
+    """A wall clock stepped back an hour after the read (NTP) leaves the age what it was."""
+    load = ReplicaLoad(running=1, waiting=0, kv_cache_usage=0.1, observed_at_s=time.time() + 3600)
+    age_s = read_age_s(load, time.monotonic() - 0.25)
+    assert 0.25 <= age_s < 5.0
+    assert read_age_s(None, time.monotonic() - 0.25) == 0.0
