@@ -18,7 +18,7 @@ another's replicas, and one that is not ready takes none) whose load is known: a
 unreadable load is unknown, so it neither counts in the sums nor is moved once it has gone stale.
 A router alone, whose reports show no others, is unaffected.
 
-Updated in O(replicas + requests finished within the window) when reports arrive, and in
+Updated in O(replicas + requests finished since the scrapes) when reports arrive, and in
 O(replicas a whole request off their share) each time `f` has moved by a quarter, until it
 reaches 1: a request finishing is O(1) almost always.
 """
@@ -115,7 +115,12 @@ class OthersEstimate:
         scraped_s = self._scraped_s = sum(scraped) / len(scraped)
         index = bisect_right(totals, (scraped_s, math.inf)) - 1
         _, self._in_flight_ref = totals[max(0, index)]
-        self._done = sum(1 for end, start in self._finishes if start <= scraped_s < end)
+        done = 0
+        for end, start in reversed(self._finishes):  # newest first: only those since the scrapes
+            if end <= scraped_s:
+                break
+            done += start <= scraped_s
+        self._done = done
         self._apply(now_s, stats)
 
     def finished(self, now_s: float, started_s: float, stats: Mapping[str, ReplicaStats]) -> None:
