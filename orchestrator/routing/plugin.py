@@ -106,6 +106,19 @@ class RequestIndependentFilter(Filter, Protocol):
 
 
 @runtime_checkable
+class PrimaryOnlyFilter(Filter, Protocol):
+    """Optional: a filter that narrows where the primary goes, not where fallbacks come from.
+
+    A preference rather than a condition of serving: when the preferred replicas fail before a
+    token (refused, 5xx) or a stream must move, any other candidate is better than none. The
+    profile picks the primary (and fallbacks, while they last) from what the filter left, then
+    the remaining fallbacks from what it was given. `PRIMARY_ONLY` says whether that is allowed.
+    """
+
+    PRIMARY_ONLY: ClassVar[bool]
+
+
+@runtime_checkable
 class Nominator(Protocol):
     """Optional, for scorers: name the few eligible candidates this scorer would rate highest.
 

@@ -11,6 +11,7 @@ from orchestrator.core.generations import Generation
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
+from orchestrator.routing.profiles import builtin_profiles
 from orchestrator.routing.reservation import demand_moved, reserved_replicas
 from orchestrator.routing.signals import utilisations
 
@@ -116,3 +117,30 @@ def test_a_finished_request_records_its_tpot_at_the_batch_it_ran_in() -> None:
     assert stats is not None
     # (9 + 5) / 2 = 7 requests at 12 ms: within 13 ms, 1 ms more at 1 ms a sequence: 8
     assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(8.0)
+
+
+def test_a_decision_while_reserved_goes_to_a_reserved_replica_with_the_others_as_fallbacks() -> (
+    None
+):
+    """The reservation narrows the primary only: a reserved replica that fails before a token,
+    or dies mid-stream, still leaves the request somewhere to go."""
+    replicas = [
+        replica("fast-0", Generation.MI355X),
+        replica("fast-1", Generation.MI355X),
+        replica("slow", Generation.MI300X),
+    ]
+    routing_table = table(replicas)
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = fleet.candidates(routing_table)
+    fleet.started(replicas[0], TIGHT)
+    fleet.started(replicas[2], LOOSE)
+    held = {c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT}
+    assert len(held) == 1
+    capacity = builtin_profiles()["capacity"]
+    base = view(routing_table)
+    tight = RoutingView(base.table, base.target_ttft_s, TIGHT, base.now_s)
+    decision = capacity.decide(request(), tight, candidates)
+    assert decision.primary.replica_id in held
+    fallbacks = [r.replica_id for r in decision.fallbacks]
+    assert sorted(fallbacks) == sorted({"fast-0", "fast-1", "slow"} - held)

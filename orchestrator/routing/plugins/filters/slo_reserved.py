@@ -25,10 +25,15 @@ class SloReservedFilter:
     work is cut to the tight batch. A tight request with no room on its replicas waits in
     admission instead (`FleetRoom.free` counts the same replicas).
 
+    It narrows the primary only (`PrimaryOnlyFilter`): once the reserved replicas are used up as
+    fallbacks, the other replicas follow, so a reserved replica that refuses or dies mid-stream
+    costs the request its target, not its answer.
+
     Type: slo-reserved. Depends on the request's target. Parameters: none.
     """
 
     TYPE: ClassVar[str] = "slo-reserved"
+    PRIMARY_ONLY: ClassVar[bool] = True
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.TYPE
