@@ -121,8 +121,10 @@ class FleetState:
             stats.failed_total += 1
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
+        if tpot_s is not None and ok:
             # its TPOT at the mean of what the replica ran from its first token to its last
-            # (itself included, before it left)
+            # (itself included, before it left); a failed, stalled or abandoned stream's time
+            # per token is not the batch's step (5 tokens cut by the 30 s stall timeout read 7.5 s)
             running: float = stats.in_flight + 1 + stats.others
             if running_at_first_token is not None:
                 running = (running + running_at_first_token) / 2

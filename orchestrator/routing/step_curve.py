@@ -8,7 +8,7 @@ is wrong by a wide margin either way: too large on a slow replica (whose tight b
 sequences), too small on a fast one. The estimator's step is also tokens over time, which counts
 a request's wait for its first token as decode time: with short answers that is a large share.
 
-So each finished request adds its own TPOT at the requests the replica ran when it finished
+So each request that finished well adds its own TPOT at the requests the replica ran when it ended
 (this router's in flight, itself included, plus other routers'), the unit the utilisation and
 the admission room count in. Points live in log-spaced buckets of that count, each an
 exponentially weighted mean. "The largest batch within T" is read from the top: the largest

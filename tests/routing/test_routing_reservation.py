@@ -144,3 +144,20 @@ def test_a_decision_while_reserved_goes_to_a_reserved_replica_with_the_others_as
     assert decision.primary.replica_id in held
     fallbacks = [r.replica_id for r in decision.fallbacks]
     assert sorted(fallbacks) == sorted({"fast-0", "fast-1", "slow"} - held)
+
+
+def test_only_a_stream_that_ended_well_adds_its_tpot_to_the_step_curve() -> None:
+    """A stream cut by the stall timeout after a few tokens, a replica that failed or a client
+    that left: their time per token is not the batch's step."""
+    fast = replica("fast", Generation.MI355X)
+    fleet = FleetState()
+    fleet.sync(table([fast]))
+    stats = fleet.stats("fast")
+    assert stats is not None
+    for _ in range(3):
+        fleet.started(fast, TIGHT)
+        fleet.finished(fast, ok=False, output_tokens=5, tpot_s=7.5, target_tpot_s=TIGHT)
+    assert stats.step_curve.batch_within(0.013, 0.001) is None
+    fleet.started(fast, TIGHT)
+    fleet.finished(fast, ok=True, output_tokens=16, tpot_s=0.012, target_tpot_s=TIGHT)
+    assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(2.0)
