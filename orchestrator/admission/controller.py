@@ -61,7 +61,8 @@ class FleetRoom:
     others: int = 0
     reserved: float = 0.0
     # requests that fit now one by one on the replica they would go to: Σ over replicas of
-    # ⌊room there − what runs there⌋ (at least 0), each at the target that binds its batch
+    # ⌊room there × capacity factor − what runs there⌋ (at least 0), each at the target that
+    # binds its batch
     free: float = math.inf
 
 
