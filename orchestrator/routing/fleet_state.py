@@ -11,7 +11,12 @@ from orchestrator.config.router_timing import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.plugin import Candidate
-from orchestrator.routing.reservation import demand_moved, reserved_replicas
+from orchestrator.routing.reservation import (
+    NO_RESERVATION,
+    Reservation,
+    demand_moved,
+    reserved_replicas,
+)
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
@@ -28,6 +33,7 @@ class FleetState:
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
+        self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
 
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
@@ -186,8 +192,10 @@ class FleetState:
         capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
             stats.reserved_tpot_s = math.inf
-        for index in reserved_replicas(capacities, demand, held):
+        chosen = reserved_replicas(capacities, demand, held)
+        for index in chosen:
             usable[index].reserved_tpot_s = tight
+        self.reservation = Reservation(tight) if chosen else NO_RESERVATION
 
 
 def _smooth(previous: float | None, value: float) -> float:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.core.records import Replica
 from orchestrator.routing.context import RequestContext
+from orchestrator.routing.reservation import Reservation
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
@@ -31,12 +32,15 @@ class RoutingView:
     """What a decision may consult beyond the candidates: the table and the latency targets.
 
     Targets are in wall-clock seconds (already scaled for slowed-down simulated fleets).
+    `reservation` is the fleet's current one (`FleetState.reservation`); None where the caller
+    keeps none, and then the candidates' stats are read for it.
     """
 
     table: RoutingTable
     target_ttft_s: float
     target_tpot_s: float
     now_s: float
+    reservation: Reservation | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,14 @@ the rest of the fleet, and nothing is reserved while only one target is in fligh
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import pytest
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
 from orchestrator.routing.fleet_state import FleetState
-from orchestrator.routing.plugin import RoutingView
+from orchestrator.routing.plugin import Candidate, RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
 from orchestrator.routing.profiles import builtin_profiles
 from orchestrator.routing.reservation import demand_moved, reserved_replicas
@@ -161,3 +163,48 @@ def test_only_a_stream_that_ended_well_adds_its_tpot_to_the_step_curve() -> None
     fleet.started(fast, TIGHT)
     fleet.finished(fast, ok=True, output_tokens=16, tpot_s=0.012, target_tpot_s=TIGHT)
     assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(2.0)
+
+
+class _CountedWalks(tuple[Candidate, ...]):
+    """Candidates that count how often a filter walks them."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[Candidate]:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_with_the_fleets_reservation_in_the_view_the_filter_walks_the_candidates_once() -> None:
+    """A decision while a reservation holds costs O(1), not a walk over the fleet: the result
+    is kept per candidate list and reservation, and redone when the reservation is."""
+    replicas = [replica(f"fast-{i}", Generation.MI355X) for i in range(4)]
+    routing_table = table(replicas)
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = _CountedWalks(fleet.candidates(routing_table))
+    only = SloReservedFilter()
+    base = view(routing_table)
+
+    def narrowed(target_tpot_s: float) -> Sequence[Candidate]:
+        at = RoutingView(
+            base.table, base.target_ttft_s, target_tpot_s, base.now_s, fleet.reservation
+        )
+        return only.filter(request(), at, candidates)
+
+    def seen(target_tpot_s: float) -> list[str]:
+        return [c.replica.replica_id for c in narrowed(target_tpot_s)]
+
+    fleet.started(replicas[0], TIGHT)
+    fleet.started(replicas[1], LOOSE)
+    held = [c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT]
+    _CountedWalks.walks = 0
+    for _ in range(100):
+        assert seen(TIGHT) == held
+        assert narrowed(LOOSE) is candidates  # nothing is reserved for the loose target
+    assert _CountedWalks.walks <= 2
+    for _ in range(3):  # the tight class's demand grows: the choice is redone, and seen
+        fleet.started(replicas[0], TIGHT)
+    assert seen(TIGHT) == [
+        c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT
+    ]
