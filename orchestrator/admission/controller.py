@@ -85,7 +85,7 @@ class _Lane:
 
     __slots__ = (
         "active", "active_by", "checked_s", "hold_s", "model", "queues", "room", "rooms", "served",
-        "taken",
+        "taken_by",
     )  # fmt: skip
 
     def __init__(self, model: str) -> None:
@@ -98,7 +98,8 @@ class _Lane:
         self.checked_s = -math.inf
         self.served: deque[float] = deque(maxlen=MAX_SERVED)  # when waiters were admitted
         self.hold_s: float | None = None  # mean seconds an admitted request holds its slot
-        self.taken = 0  # requests admitted since the rooms were read (each took a free slot)
+        # requests admitted since the rooms were read, by class (each took a free slot)
+        self.taken_by: dict[Priority, int] = dict.fromkeys(Priority, 0)
 
     def queued(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
@@ -247,7 +248,7 @@ class AdmissionController:
         room = rooms.get(Priority.INTERACTIVE)
         if lane is not None:
             lane.room, lane.rooms, lane.checked_s = room, rooms, now_s
-            lane.taken = 0
+            lane.taken_by = dict.fromkeys(Priority, 0)
         if room is not None and self._metrics is not None:
             self._metrics.capacity.set(room.capacity)
         return room
@@ -279,13 +280,23 @@ class AdmissionController:
         if not lane.rooms:
             return True
         room = lane.rooms.get(priority)
-        if room is not None and room.free - lane.taken < 1.0:
+        if room is not None and room.free - self._taken(lane, priority) < 1.0:
             return False  # no replica would run it within its target now: it waits
         if room is not None and room.reserved > 0:
             held = room.reserved * self.settings.capacity_factor - room.others
             if lane.active_by[priority] < held:
                 return True
         return self._load(lane, priority) < self._slots(lane, priority)
+
+    @staticmethod
+    def _taken(lane: _Lane, priority: Priority) -> int:
+        """Admissions since the rooms were read that took from `priority`'s free room: its own,
+        and the other classes' unless its room is on replicas reserved for it (they do not go
+        there first)."""
+        room = lane.rooms.get(priority)
+        if room is not None and room.reserved > 0:
+            return lane.taken_by[priority]
+        return sum(lane.taken_by.values())
 
     @staticmethod
     def _ahead_of(lane: _Lane, priority: Priority) -> bool:
@@ -342,7 +353,7 @@ class AdmissionController:
         raise self._refuse(priority, "refused_queue_full", self._retry_s(lane))
 
     def _admitted(self, lane: _Lane, priority: Priority, now_s: float) -> Ticket:
-        lane.taken += 1
+        lane.taken_by[priority] += 1
         lane.active += 1
         lane.active_by[priority] += 1
         if self._metrics is not None:
@@ -384,7 +395,7 @@ class AdmissionController:
                 if waiter.future.done():
                     continue
                 lane.served.append(now_s)
-                lane.taken += 1
+                lane.taken_by[priority] += 1
                 lane.active += 1
                 lane.active_by[priority] += 1
                 if self._metrics is not None:

@@ -327,3 +327,23 @@ def test_fleet_room_is_not_enough_a_request_waits_until_a_replica_would_run_it_i
         assert gate.active() == 2
 
     run(scenario())
+
+
+def test_batch_admitted_since_the_room_was_read_leaves_the_tight_class_its_reserved_free_room() -> (
+    None
+):
+    """Batch requests go to the replicas not held for the tight class: admitting them in the
+    same 50 ms does not use up the free room counted on the reserved ones."""
+
+    async def scenario() -> None:
+        room = Room(10, reserved=10, free=2, batch_capacity=100)
+        gate = controller(room, queue_timeout_s=5.0)
+        await gate.admit(MODEL, BATCH)
+        await gate.admit(MODEL, BATCH)
+        await gate.admit(MODEL, INTERACTIVE)
+        await gate.admit(MODEL, INTERACTIVE)
+        with pytest.raises(Refused):  # the tight class's own admissions do use it up
+            await gate.admit(MODEL, INTERACTIVE)
+        assert gate.active() == 4
+
+    run(scenario())
