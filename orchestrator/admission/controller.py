@@ -11,7 +11,8 @@ one that cannot be served within the queue timeout is refused at once rather tha
 with a `Retry-After`: the queue is full, or its predicted wait passes half the timeout. The
 prediction is the position in the queue over the rate at which the queue was served in the last
 two timeouts, or, before twenty requests were served from it, times the mean time a request
-holds its slot over the number of slots; before any request has finished nothing says how long a
+holds its slot over the number of slots (over the requests running, while no replica has free
+room: one of them must end first); before any request has finished nothing says how long a
 wait would be, so a request that finds no room then is refused at once.
 
 Interactive requests are served before batch ones: batch is admitted only below
@@ -168,7 +169,7 @@ class AdmissionController:
             return self._admitted(lane, priority, now_s)
         self._make_room_in_queue(lane, priority)
         position = self._position(lane, priority)
-        wait_s = self._predicted_wait_s(lane, position, self._slots(lane, priority))
+        wait_s = self._predicted_wait_s(lane, position, self._draining(lane, priority))
         if wait_s is None or wait_s > WAIT_MARGIN * self.queue_timeout_s:
             raise self._refuse(priority, "refused_wait", wait_s or self._retry_s(lane))
         waiter = _Waiter(loop.create_future(), priority, now_s)
@@ -200,9 +201,14 @@ class AdmissionController:
         since_s: float | None = None,
         priority: Priority = Priority.INTERACTIVE,
     ) -> None:
-        """A slot came back; `since_s` is when it was taken (None: it never served)."""
+        """A slot came back; `since_s` is when it was taken (None: it never served).
+
+        One admitted since the rooms were read gives its free slot back at once (one admitted
+        before is in the room the next read finds)."""
         lane.active = max(0, lane.active - 1)
         lane.active_by[priority] = max(0, lane.active_by[priority] - 1)
+        if lane.taken_by[priority] > 0:
+            lane.taken_by[priority] -= 1
         if self._metrics is not None:
             self._metrics.active.dec()
         now_s = asyncio.get_running_loop().time()
@@ -260,6 +266,15 @@ class AdmissionController:
     def _slots(self, lane: _Lane, priority: Priority) -> float:
         room = lane.rooms.get(priority)
         return 1.0 if room is None else self._limit(room, priority)
+
+    def _draining(self, lane: _Lane, priority: Priority) -> float:
+        """The slots the queue of `priority` drains through: the class's, but while no replica
+        has free room for it only the requests running now (one of them must end first)."""
+        slots = self._slots(lane, priority)
+        room = lane.rooms.get(priority)
+        if room is not None and room.free - self._taken(lane, priority) < 1.0:
+            return min(slots, max(1.0, float(lane.active)))
+        return slots
 
     @staticmethod
     def _load(lane: _Lane, priority: Priority) -> float:
@@ -332,7 +347,7 @@ class AdmissionController:
 
     def _retry_s(self, lane: _Lane) -> float:
         wait_s = self._predicted_wait_s(
-            lane, lane.queued() + 1, self._slots(lane, Priority.INTERACTIVE)
+            lane, lane.queued() + 1, self._draining(lane, Priority.INTERACTIVE)
         )
         return self.queue_timeout_s if wait_s is None else max(wait_s, self.queue_timeout_s)
 
