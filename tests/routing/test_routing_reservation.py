@@ -10,6 +10,7 @@ import pytest
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
+from orchestrator.core.records import ReplicaState
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import Candidate, RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
@@ -208,3 +209,31 @@ def test_with_the_fleets_reservation_in_the_view_the_filter_walks_the_candidates
     assert seen(TIGHT) == [
         c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT
     ]
+
+
+def test_a_reserved_replica_whose_circuit_opens_is_replaced_and_a_draining_one_never_chosen() -> (
+    None
+):
+    fast_0, fast_1, slow = (
+        replica("fast-0", Generation.MI355X),
+        replica("fast-1", Generation.MI355X),
+        replica("slow", Generation.MI300X),
+    )
+    fleet = FleetState()
+    fleet.sync(table([fast_0, fast_1, slow]))
+
+    def held() -> list[str]:
+        every = (fleet.stats(r.replica_id) for r in (fast_0, fast_1, slow))
+        ids = ("fast-0", "fast-1", "slow")
+        return [i for i, s in zip(ids, every, strict=True) if s and s.reserved_tpot_s == TIGHT]
+
+    fleet.started(fast_0, TIGHT)
+    fleet.started(slow, LOOSE)
+    assert held() == ["fast-0"]
+    fleet.circuit_changed("fast-0", True)  # it fails: the tight class needs another now
+    assert held() == ["fast-1"]
+    fleet.circuit_changed("fast-0", False)
+    assert held() == ["fast-1"]  # held ones stay held
+    draining = replica("fast-1", Generation.MI355X, state=ReplicaState.DRAINING)
+    fleet.sync(table([fast_0, draining, slow], version=2))
+    assert held() == ["fast-0"]
