@@ -43,6 +43,7 @@ from orchestrator.router_settings import (
     RouterConfig,
     RouterSettings,
     profile_named,
+    router_profile,
 )
 from orchestrator.routing.context import RequestContext, class_lanes
 from orchestrator.routing.estimator import CapacityEstimator
@@ -81,7 +82,11 @@ class RouterService:
         self.slo = self.settings.wall_slo
         self.metrics.show_targets(self.slo, tuple(table.snapshot().models))
         self.class_lanes = class_lanes(self.slo)
-        self.fleet = FleetState(self.settings.reference_tpot_s)
+        self.fleet = FleetState(
+            self.settings.reference_tpot_s,
+            clock=self.clock.now,
+            history_s=self.settings.load_stale_after_s,
+        )
         self.fleet.sync(table.snapshot())
         self.estimator = CapacityEstimator(
             target_ttft_s=MLPERF_TTFT_S * self.settings.latency_scale,
@@ -135,7 +140,7 @@ class RouterService:
     ) -> RouterService:
         """Load the replicas file and the profile; raises `OrchestratorError` naming the field."""
         table = load_replicas_file(config.replicas_file)
-        profile = profile_named(config.profile)
+        profile = router_profile(config.profile)
         return cls(TableHolder(table), profile, settings=config.settings, registry=registry)
 
     @property
@@ -358,6 +363,7 @@ class RouterService:
             self.metrics.capacity.labels(
                 replica.site, replica.pool, replica.generation.value, replica.replica_id
             ).set(stats.capacity_tokens_per_s)
+        self.fleet.reports_taken(now_s)
         self.metrics.count_routable(self.fleet.routable_per_model(self.table.snapshot().replicas))
 
     def _replicas_by_id(self) -> dict[str, Replica]:

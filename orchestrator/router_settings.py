@@ -3,6 +3,9 @@ gives it (`RouterConfig`), and the built-in profile a name stands for."""
 
 from __future__ import annotations
 
+import os
+import socket
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -102,3 +105,16 @@ def profile_named(name: str) -> Profile:
             param="profile",
         )
     return found
+
+
+def process_salt() -> int:
+    """This router process's identity (host name and process id: a pod's name, a worker's pid),
+    for `Profile.reseed`, so routers sharing a fleet draw apart."""
+    return zlib.crc32(f"{socket.gethostname()}:{os.getpid()}".encode())
+
+
+def router_profile(name: str) -> Profile:
+    """`profile_named(name)`, reseeded with this process's identity: what a serving router uses."""
+    profile = profile_named(name)
+    profile.reseed(process_salt())
+    return profile

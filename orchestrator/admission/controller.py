@@ -105,6 +105,10 @@ class _Lane:
     def queued(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
 
+    def waiting(self) -> bool:
+        """Whether any request waits (what a release asks, so without summing)."""
+        return any(self.queues.values())
+
 
 class Ticket:
     """An admitted request's slot; `release()` once its answer ended (more calls do nothing)."""
@@ -149,6 +153,14 @@ class AdmissionController:
         self.queue_timeout_s = settings.queue_timeout_s * latency_scale
         self._lanes: dict[str, _Lane] = {}
         self._pump_timer: asyncio.TimerHandle | None = None
+        # The hot path's metrics: the admitted counters looked up once, the active gauge read
+        # from the lanes when scraped rather than moved on every request.
+        self._admitted_counts: dict[Priority, Callable[[], None]] | None = None
+        if metrics is not None:
+            self._admitted_counts = {
+                p: metrics.decisions.labels(p.value, "admitted").inc for p in Priority
+            }
+            metrics.active.set_function(self.active)
 
     # -- the request's side ----------------------------------------------------------------------
 
@@ -209,15 +221,13 @@ class AdmissionController:
         lane.active_by[priority] = max(0, lane.active_by[priority] - 1)
         if lane.taken_by[priority] > 0:
             lane.taken_by[priority] -= 1
-        if self._metrics is not None:
-            self._metrics.active.dec()
         now_s = asyncio.get_running_loop().time()
         if since_s is not None:
             held_s = now_s - since_s
             lane.hold_s = held_s if lane.hold_s is None else (
                 lane.hold_s + HOLD_SMOOTHING * (held_s - lane.hold_s)
             )  # fmt: skip
-        if lane.queued():
+        if lane.waiting():
             self._pump(lane, now_s)
 
     def queued(self) -> int:
@@ -371,9 +381,8 @@ class AdmissionController:
         lane.taken_by[priority] += 1
         lane.active += 1
         lane.active_by[priority] += 1
-        if self._metrics is not None:
-            self._metrics.active.inc()
-            self._metrics.decisions.labels(priority.value, "admitted").inc()
+        if self._admitted_counts is not None:
+            self._admitted_counts[priority]()
         return Ticket(self, lane, now_s, priority)
 
     def _refuse(self, priority: Priority, reason: str, retry_after_s: float) -> Refused:
@@ -413,8 +422,6 @@ class AdmissionController:
                 lane.taken_by[priority] += 1
                 lane.active += 1
                 lane.active_by[priority] += 1
-                if self._metrics is not None:
-                    self._metrics.active.inc()
                 waiter.future.set_result(None)
             self._depth(priority, len(queue))
             if queue:

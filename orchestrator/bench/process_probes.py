@@ -22,6 +22,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
+def session_cpu_seconds(session: int) -> float:
+    """CPU seconds (user + system) of every live process in session `session`: a server and
+    the workers it started (`processes.child` starts each server in a session of its own)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        if int(fields[3]) == session:
+            total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return total
+
+
 def cpu_shares(pids: dict[str, int], window_s: float) -> dict[str, float]:
     """Each process's CPU over the next `window_s` seconds, as a share of one core."""
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}

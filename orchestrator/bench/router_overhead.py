@@ -8,12 +8,14 @@ worker over TLS (`ours-tls`, a self-signed certificate made with `openssl`), and
 workers following a control plane whose external pool lists the backends (`ours-cp`, as the Helm
 chart runs it); and through `sglang-router` and `vllm-router` (both from PyPI):
 non-streaming req/s at 32 concurrent requests, streamed chunks/s at 32 concurrent streams,
-latency at concurrency 1 (p50/p99) and, for streams, time to the first byte. With `--runs N`
-every target is measured N times, interleaved, and the table shows medians and, in brackets,
-the spread (max - min) over the runs. Load comes from `wrk` (Debian's package; the bench says how
-to install it when missing). Every process it starts runs on loopback and is stopped at the end.
-The backends serve the model under a local tokenizer directory so that neither peer router
-tries to download one.
+latency at concurrency 1 (p50/p99) and, for streams, time to the first byte; and, as figures
+the machine's other load changes least, each router's CPU time (user + system, all its
+processes and threads) per non-streamed request at 32 connections, and the 1-minute load
+average when that run began. With `--runs N` every target is measured N times, interleaved,
+and the table shows medians and, in brackets, the spread (max - min) over the runs. Load comes
+from `wrk` (Debian's package; the bench says how to install it when missing). Every process it
+starts runs on loopback and is stopped at the end. The backends serve the model under a local
+tokenizer directory so that neither peer router tries to download one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.bench.peers import write_tokenizer
+from orchestrator.bench.process_probes import session_cpu_seconds
 from orchestrator.bench.processes import child, free_port, wait_http
 from orchestrator.bench.wrk import first_byte_ms, run_wrk, wrk_script
 from orchestrator.core.arg_types import positive_int, seconds
@@ -48,6 +51,8 @@ class Measurement:
     p50_ms: float
     p99_ms: float
     ttfb_p50_ms: float
+    cpu_us_per_request: float
+    load_1m: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +77,25 @@ class Setting:
 
 
 def measure(
-    name: str, url: str, model: str, setting: Setting, tls: ssl.SSLContext | None = None
+    name: str,
+    url: str,
+    model: str,
+    setting: Setting,
+    tls: ssl.SSLContext | None = None,
+    session: int | None = None,
 ) -> Measurement:
+    """`session`: the router's session id (its processes' CPU is counted), None for direct."""
     plain = wrk_script(setting.workdir / "plain.lua", model, stream=False)
     streamed = wrk_script(setting.workdir / "stream.lua", model, stream=True)
     completions = f"{url}/v1/completions"
     run_wrk(completions, plain, setting.connections, 1)  # warm connection pools and caches
+    load_1m = os.getloadavg()[0]
+    cpu_before_s = session_cpu_seconds(session) if session is not None else 0.0
     rate, _ = run_wrk(completions, plain, setting.connections, setting.duration_s)
+    cpu_us = float("nan")
+    if session is not None and rate > 0:
+        used_s = session_cpu_seconds(session) - cpu_before_s
+        cpu_us = used_s / (rate * setting.duration_s) * 1e6
     stream_rate, _ = run_wrk(completions, streamed, setting.connections, setting.duration_s)
     _, latency = run_wrk(completions, plain, 1, setting.duration_s)
     return Measurement(
@@ -88,6 +105,8 @@ def measure(
         p50_ms=latency.get(50, float("nan")),
         p99_ms=latency.get(99, float("nan")),
         ttfb_p50_ms=first_byte_ms(url, model, 200, tls),
+        cpu_us_per_request=cpu_us,
+        load_1m=load_1m,
     )
 
 
@@ -221,14 +240,14 @@ def measure_router(
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     log = setting.workdir / f"{name}.log"
     accept = routes_both if name.startswith("ours") else (lambda _: True)
-    with child(command, log=log):
+    with child(command, log=log) as process:
         try:
             wait_http(url + ready_path(name), 180, accept, tls)
         except RuntimeError as error:
             raise RuntimeError(f"{error}\n{name}'s log:\n{log.read_text()[-3000:]}") from None
         time.sleep(1.0)  # let health checks mark every backend ready
         label = f"ours-cp-{setting.workers}w" if name == "ours-cp" else name
-        return measure(label, url, model, setting, tls)
+        return measure(label, url, model, setting, tls, session=process.pid)
 
 
 def medians(runs: Sequence[Sequence[Measurement]]) -> tuple[list[Measurement], list[Measurement]]:
@@ -250,6 +269,7 @@ def format_table(results: Sequence[Measurement], spread: Sequence[Measurement] =
     header = (
         f"{'target':<14}{'req/s @32':>16}{'chunks/s @32':>20}{'p50 ms @1':>14}{'p99 ms @1':>14}"
         f"{'added p50':>11}{'added p99':>11}{'TTFB ms':>14}{'added TTFB':>12}"
+        f"{'CPU us/req':>16}{'load 1m':>13}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -264,6 +284,7 @@ def format_table(results: Sequence[Measurement], spread: Sequence[Measurement] =
             f"{_cell(r, n, 'chunks_per_s', 20, 0)}{_cell(r, n, 'p50_ms', 14, 2)}"
             f"{_cell(r, n, 'p99_ms', 14, 2)}{added[0]:>11.2f}{added[1]:>11.2f}"
             f"{_cell(r, n, 'ttfb_p50_ms', 14, 2)}{added[2]:>12.2f}"
+            f"{_cell(r, n, 'cpu_us_per_request', 16, 0)}{_cell(r, n, 'load_1m', 13, 1)}"
         )
     return "\n".join(lines)
 

@@ -225,11 +225,10 @@ class VirtualFleet:
             if now > end or self._stop:
                 break
             if next_step <= now:
-                if window is None:  # arrivals and scrapes stay put while steps finish
-                    now = self._run_steps(now, min(next_arrival, next_scrape, end))
-                else:
-                    _, _, _, engine = heapq.heappop(heap)
-                    self._finish_step(engine, now)  # type: ignore[arg-type]
+                # Open loop: arrivals and scrapes stay put while steps finish. Closed loop: a
+                # finish may open the window, so only the steps due now (they go first anyway).
+                limit = min(next_arrival, next_scrape, end) if window is None else now
+                now = self._run_steps(now, limit)
             elif next_scrape <= now:
                 self._scrape(now)
                 if self.record_capacity:
@@ -258,13 +257,32 @@ class VirtualFleet:
     def _run_steps(self, now: float, limit: float) -> float:
         """Finish every step due up to `limit` in time order; the last one's time.
 
-        What the main loop would do event by event, without its bookkeeping in between.
+        What the main loop would do event by event, without its bookkeeping in between. An
+        engine's next step replaces its finished one on the heap (one sift, not two); a
+        decode-only step, most of them, is finished here without a further call.
         """
-        heap, finish_step, pop = self._heap, self._finish_step, heapq.heappop
+        heap, order, finish_full_step = self._heap, self._order, self._finish_full_step
+        replace, pop = heapq.heapreplace, heapq.heappop
+        steps = 0
         while True:
-            engine = pop(heap)[3]
-            finish_step(engine, now)  # type: ignore[arg-type]
+            steps += 1
+            engine: _Engine = heap[0][3]  # type: ignore[assignment]
+            batcher = engine.batcher
+            sequences = batcher.planned_decode_only_sequences
+            if sequences:  # no first tokens, no prompt computed
+                engine.generated += sequences
+                finished, duration = batcher.finish_decode_step_and_plan(now)
+                if finished:
+                    self._account_finished(engine, finished, now)
+            else:
+                duration = finish_full_step(engine, now)
+            if duration >= 0.0:
+                replace(heap, (now + duration, _STEP, next(order), engine))
+            else:
+                engine.busy = False
+                pop(heap)
             if not heap or heap[0][0] > limit:
+                self._steps += steps
                 return now
             now = heap[0][0]
 
@@ -299,22 +317,10 @@ class VirtualFleet:
         engine.busy = True
         heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
 
-    def _finish_step(self, engine: _Engine, now: float) -> None:
+    def _finish_full_step(self, engine: _Engine, now: float) -> float:
+        """Finish `engine`'s step that admitted, prefilled or preempted; its next step's
+        duration, or -1.0 when it has no work left."""
         batcher = engine.batcher
-        self._steps += 1
-        sequences = batcher.planned_decode_only_sequences
-        if sequences:  # most steps: decode only, no first tokens, no prompt computed
-            engine.generated += sequences
-            finished = batcher.finish_decode_step(now)
-            if finished:
-                self._account_finished(engine, finished, now)
-            if batcher.has_work:
-                duration = batcher.plan_duration_s()
-                heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
-            else:
-                engine.busy = False
-            return
-        engine.busy = False
         outcome = batcher.finish_step(now)
         engine.generated += outcome.tokens_generated
         engine.prompted += outcome.prompt_tokens_computed
@@ -324,10 +330,7 @@ class VirtualFleet:
                 self._ttfts.append(now - request.arrival_s)
         if outcome.finished:
             self._account_finished(engine, outcome.finished, now)
-        if batcher.has_work:
-            duration = batcher.plan_duration_s()
-            engine.busy = True
-            heapq.heappush(self._heap, (now + duration, _STEP, next(self._order), engine))
+        return batcher.plan_duration_s() if batcher.has_work else -1.0
 
     def _account_finished(self, engine: _Engine, finished: list[SimRequest], now: float) -> None:
         measure_from = self._measure_from_s

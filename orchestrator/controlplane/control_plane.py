@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from typing import Any, Final
 
@@ -16,6 +17,11 @@ import grpc
 import ray
 
 from orchestrator.config.schema import OrchestratorConfig
+from orchestrator.controlplane.checker_actor import (
+    ENDPOINTS_PER_CHECKER,
+    ExternalCheckerActor,
+    checker_shares,
+)
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.http_sd import ENGINES_PATH, EngineDiscovery, HttpSdServer
@@ -24,7 +30,12 @@ from orchestrator.controlplane.reconciler import DEFAULT_INTERVAL_S, PoolReconci
 from orchestrator.controlplane.registry import NAMESPACE, REGISTRY_NAME, start_registry
 from orchestrator.security.files import TlsFiles
 
+log = logging.getLogger(__name__)
+
 _JOIN_TIMEOUT_S: Final = 30.0
+# How often the checker actors are told to check: after Ray restarts one (its node lost), it
+# starts again within this.
+_CHECKERS_KEPT_S: Final = 5.0
 
 
 class ControlPlane:
@@ -34,6 +45,9 @@ class ControlPlane:
     plane process that restarts finds it, with the replicas still registered. `sd_port` (0: a free
     one) serves the engines' HTTP service discovery on `host`, with `tls` like the gRPC service;
     `None` serves none. `uses_real_gpus` `None` derives it per pool from its engine (placement.py).
+    Past `endpoints_per_checker` configured external endpoints, their checks run in checker
+    actors (`checker_actor.py`), one per share of pools, and this process checks only the
+    replicas registered over gRPC.
     """
 
     def __init__(
@@ -49,8 +63,11 @@ class ControlPlane:
         tls: TlsFiles | None = None,
         sd_port: int | None = None,
         health_only_clients: tuple[str, ...] = (),
+        endpoints_per_checker: int = ENDPOINTS_PER_CHECKER,
     ) -> None:
         self._config = config
+        self._endpoints_per_checker = endpoints_per_checker
+        self._checkers: list[Any] = []
         self._tls = tls
         self._health_only_clients = health_only_clients
         self._namespace = namespace
@@ -87,8 +104,7 @@ class ControlPlane:
             daemon=True,
         )
         self._thread.start()
-        checker = ExternalReplicaChecker(self._config, self.registry)
-        self._checking = asyncio.create_task(checker.run(), name="external-replica-checks")
+        self._checking = asyncio.create_task(self._check_external(), name="external-checks")
         discovery = KubernetesPools(self._config, self.registry)  # pools with a selector
         self._discovering = asyncio.create_task(discovery.run(), name="kubernetes-pools")
         if self._sd_port is not None:
@@ -102,6 +118,34 @@ class ControlPlane:
             health_only_clients=self._health_only_clients,
         )
         return bound
+
+    async def _check_external(self) -> None:
+        """The external replicas' checks: here, or in checker actors kept checking."""
+        shares = checker_shares(self._config, self._endpoints_per_checker)
+        if not shares:
+            await ExternalReplicaChecker(self._config, self.registry).run()
+            return
+        self._checkers = [ExternalCheckerActor.remote(share, self.registry) for share in shares]
+        registered = ExternalReplicaChecker(self._config, self.registry, include_configured=False)
+        checking_registered = asyncio.create_task(registered.run())
+        try:
+            while True:
+                for checker in self._checkers:
+                    try:
+                        await checker.start.remote()
+                    except Exception as exc:  # restarting: told again next time
+                        log.warning("external checker actor not started: %s", exc)
+                await asyncio.sleep(_CHECKERS_KEPT_S)
+        finally:
+            checking_registered.cancel()
+            for checker in self._checkers:
+                ray.kill(checker, no_restart=True)
+            self._checkers = []
+
+    @property
+    def checker_actors(self) -> tuple[Any, ...]:
+        """The external checks' actors while they run; none while this process checks them all."""
+        return tuple(self._checkers)
 
     @property
     def discovery(self) -> EngineDiscovery | None:

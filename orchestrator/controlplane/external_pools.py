@@ -28,7 +28,7 @@ import aiohttp
 
 from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.engine_version import read_engine_version
-from orchestrator.controlplane.metrics_page import read_page
+from orchestrator.controlplane.metrics_page import read_age_s, read_page
 from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import EngineKind, ReplicaLoad
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CHECK_INTERVAL_S: Final = 1.0
 _CHECK_TIMEOUT_S: Final = 2.0
+# How long a round gathers read pages before reporting them: one registry call per checker per
+# tenth of a second at most, against a tenth of a second more age.
+REPORT_EVERY_S: Final = 0.1
 
 
 def external_registrations(config: OrchestratorConfig) -> list[ReplicaRegistration]:
@@ -81,7 +84,8 @@ class ExternalReplicaChecker:
 
     `replica_tls` None takes config's `controlPlane.replicaTls`. `include_registered=False`
     checks only the configured endpoints: a checker over a share of the pools (`checker_actor`)
-    leaves those registered over gRPC to the control plane's own."""
+    leaves those registered over gRPC to the control plane's own, which is then
+    `include_configured=False`."""
 
     def __init__(
         self,
@@ -91,11 +95,13 @@ class ExternalReplicaChecker:
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         replica_tls: TlsFiles | None = None,
         include_registered: bool = True,
+        include_configured: bool = True,
     ) -> None:
         self._include_registered = include_registered
         self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
-        self._configured = external_registrations(config)
-        self._configured_ids = frozenset(r.replica_id for r in self._configured)
+        configured = external_registrations(config)
+        self._configured = configured if include_configured else []
+        self._configured_ids = frozenset(r.replica_id for r in configured)
         self._registry = registry
         self._interval_s = interval_s
 
@@ -108,11 +114,26 @@ class ExternalReplicaChecker:
                     started = time.monotonic()
                     registered = await self._registered() if self._include_registered else []
                     checks = [*self._configured, *registered]
-                    passed = await asyncio.gather(*(self._check(session, r) for r in checks))
-                    await self._report(session, [beat for beat in passed if beat is not None])
+                    await self._round(session, checks)
                     # Once per interval, however long the checks took: load ages stay bounded.
                     await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
             log.info("replica TLS files changed; checking with the new ones")
+
+    async def _round(
+        self, session: aiohttp.ClientSession, checks: list[ReplicaRegistration]
+    ) -> None:
+        """Check all at once and report what has been read every `REPORT_EVERY_S` as it comes
+        in, not the whole round at its end: a load's age counts from its scrape, and a round of
+        many pages on a busy host takes a good part of the interval."""
+        pending = {asyncio.ensure_future(self._check(session, r)) for r in checks}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, timeout=REPORT_EVERY_S)
+                beats = [beat for task in done if (beat := task.result()) is not None]
+                await self._report(session, beats)
+        finally:
+            for task in pending:
+                task.cancel()
 
     def _session(self) -> aiohttp.ClientSession:
         timeout = aiohttp.ClientTimeout(total=_CHECK_TIMEOUT_S)
@@ -168,7 +189,10 @@ class ExternalReplicaChecker:
             return
         try:
             replies = await self._registry.heartbeat_many.remote(
-                [(registration.replica_id, load, problem) for registration, load, problem in beats]
+                [
+                    (registration.replica_id, load, problem, read_age_s(load))
+                    for registration, load, problem in beats
+                ]
             )
             for (registration, _, _), reply in zip(beats, replies, strict=True):
                 if not reply.known and registration.replica_id in self._configured_ids:

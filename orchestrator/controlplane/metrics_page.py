@@ -1,10 +1,14 @@
 """Reading an engine's `/metrics` page over aiohttp, as the control plane scrapes it: capped, so a
-replica that sends a page without end costs the scraper `MAX_PAGE_BYTES` at most."""
+replica that sends a page without end costs the scraper `MAX_PAGE_BYTES` at most; and how old a
+load read from one is when it is sent on (`read_age_s`)."""
 
 from __future__ import annotations
 
+import time
+
 import aiohttp
 
+from orchestrator.core.records import ReplicaLoad
 from orchestrator.engines.errors import MalformedMetricsPageError
 from orchestrator.engines.metrics import MAX_PAGE_BYTES
 
@@ -25,3 +29,9 @@ async def read_page(response: aiohttp.ClientResponse, limit: int = MAX_PAGE_BYTE
             raise MalformedMetricsPageError(f"the page is over {limit} bytes")
         pieces.append(piece)
     return b"".join(pieces).decode("utf-8", errors="replace")
+
+
+def read_age_s(load: ReplicaLoad | None) -> float:
+    """How long ago this process read `load` (0 for none), on the clock that stamped it: sent
+    with each heartbeat, so the registry dates the load from its scrape."""
+    return 0.0 if load is None else max(0.0, time.time() - load.observed_at_s)

@@ -81,16 +81,18 @@ class Registry:
         return self._after(self._state.deregister(replica_id))
 
     async def heartbeat(
-        self, replica_id: str, load: ReplicaLoad | None, problem: str = ""
+        self, replica_id: str, load: ReplicaLoad | None, problem: str = "", age_s: float = 0.0
     ) -> HeartbeatReply:
+        """`age_s`: how long before sending the sender read the load (on its own clock), so the
+        load's age counts from the scrape, not from here."""
         self._expire()
-        return self._after(self._state.heartbeat(replica_id, load, problem))
+        return self._after(self._state.heartbeat(replica_id, load, problem, age_s))
 
     async def heartbeat_many(
-        self, beats: list[tuple[str, ReplicaLoad | None, str]]
+        self, beats: list[tuple[str, ReplicaLoad | None, str, float]]
     ) -> list[HeartbeatReply]:
-        """`heartbeat` for each (replica id, load, problem), in one call: a checker of many
-        replicas reports its whole round at once."""
+        """`heartbeat` for each (replica id, load, problem, age), in one call: a checker of many
+        replicas reports what it read since its last call at once."""
         self._expire()
         return self._after([self._state.heartbeat(*beat) for beat in beats])
 

@@ -162,10 +162,11 @@ class RegistryState:
         return True
 
     def heartbeat(
-        self, replica_id: str, load: ReplicaLoad | None, problem: str = ""
+        self, replica_id: str, load: ReplicaLoad | None, problem: str = "", age_s: float = 0.0
     ) -> HeartbeatReply:
-        """Record `load` (or, when `None`, the adapter's `problem` reading the page); a draining
-        replica with nothing in flight after the grace becomes gone."""
+        """Record `load` (or, when `None`, the adapter's `problem` reading the page), read `age_s`
+        before it was sent; a draining replica with nothing in flight after the grace becomes
+        gone."""
         record = self._replicas.get(replica_id)
         if record is None:
             return HeartbeatReply(known=False)
@@ -174,7 +175,11 @@ class RegistryState:
         self._stale = self._stale - {replica_id}
         record = replace(record, last_heartbeat_s=now, load=load)
         self._loads.record(
-            replica_id, load, prior_tokens_per_s=self._prior(record.registration), problem=problem
+            replica_id,
+            load,
+            prior_tokens_per_s=self._prior(record.registration),
+            problem=problem,
+            age_s=age_s,
         )
         if (
             record.state is ObservedState.DRAINING

@@ -27,7 +27,7 @@ import aiohttp
 import ray
 
 from orchestrator.controlplane.engine_version import read_engine_version
-from orchestrator.controlplane.metrics_page import read_page
+from orchestrator.controlplane.metrics_page import read_age_s, read_page
 from orchestrator.controlplane.placement import runs_on_gpus
 from orchestrator.controlplane.reconcile import ObservedState
 from orchestrator.controlplane.registry_records import ReplicaRegistration
@@ -168,7 +168,9 @@ class ReplicaActor:
         except ValueError as exc:
             problem = str(exc)
         reply = await asyncio.wait_for(
-            self._registry.heartbeat.remote(self._registration.replica_id, load, problem),
+            self._registry.heartbeat.remote(
+                self._registration.replica_id, load, problem, read_age_s(load)
+            ),
             self._heartbeat_s * 5,
         )
         if reply.known:

@@ -23,7 +23,7 @@ _MAX_PROBLEM_CHARS = 300
 @dataclass(slots=True)
 class _Entry:
     load: ReplicaLoad | None
-    received_s: float
+    read_s: float  # when the engine's page was read, on this clock
     load_version: int
     stats: ReplicaStats
     adapter_errors_total: int = 0
@@ -50,15 +50,17 @@ class ReplicaLoads:
         *,
         prior_tokens_per_s: float,
         problem: str = "",
+        age_s: float = 0.0,
     ) -> None:
-        """One heartbeat: `load`, or `None` with the adapter's `problem` (counted)."""
-        now = self._now_s()
+        """One heartbeat: `load`, or `None` with the adapter's `problem` (counted), read `age_s`
+        before it was sent: its reports' age counts from the scrape."""
+        read_s = self._now_s() - max(0.0, age_s)
         self._version += 1
         entry = self._entries.get(replica_id)
         if entry is None:
-            entry = _Entry(None, now, self._version, ReplicaStats(prior_tokens_per_s))
+            entry = _Entry(None, read_s, self._version, ReplicaStats(prior_tokens_per_s))
             self._entries[replica_id] = entry
-        entry.received_s = now
+        entry.read_s = read_s
         entry.load_version = self._version
         if load is None:
             entry.load = None
@@ -95,7 +97,7 @@ class ReplicaLoads:
         return LoadReport(
             replica_id=replica_id,
             load=entry.load,
-            age_s=max(0.0, now_s - entry.received_s),
+            age_s=max(0.0, now_s - entry.read_s),
             capacity_tokens_per_s=entry.stats.capacity_tokens_per_s,
             adapter_errors_total=entry.adapter_errors_total,
             problem=entry.problem,

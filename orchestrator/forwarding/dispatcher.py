@@ -31,6 +31,7 @@ Contract of `Dispatcher.dispatch`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -68,6 +69,7 @@ _PASSED_HEADERS: Final = (
     ("content-type", "Content-Type"),
     ("content-encoding", "Content-Encoding"),
 )
+_UNBOUNDED: Final = contextlib.nullcontext()  # an attempt without a first-byte bound: no timer
 
 
 @dataclass(slots=True)
@@ -262,7 +264,7 @@ class Dispatcher:
         handed_over = False
         try:
             try:
-                async with asyncio.timeout(first_byte_s if bounded else None):
+                async with asyncio.timeout(first_byte_s) if bounded else _UNBOUNDED:
                     response = await self._upstream.post_json(
                         replica.url,
                         path,

@@ -28,11 +28,30 @@ TOKEN_BUCKETS_S = (
 )  # fmt: skip
 
 
+class InFlight:
+    """Requests open on one replica: a plain count that its gauge reads when scraped (moved
+    twice per request, a gauge child would take its lock each time)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def inc(self) -> None:
+        self.count += 1
+
+    def dec(self) -> None:
+        self.count -= 1
+
+    def __call__(self) -> float:
+        return float(self.count)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaSeries:
     """The children of the per-replica families for one replica (looked up once, then reused)."""
 
-    in_flight: Gauge
+    in_flight: InFlight
     ttft: Histogram
     tpot: Histogram
     e2e: Histogram
@@ -171,8 +190,10 @@ class RouterMetrics:
         if found is None:
             self._replicas[replica.replica_id] = replica
             pool, generation = replica.pool, replica.generation.value
+            in_flight = InFlight()
+            self.in_flight.labels(replica.replica_id).set_function(in_flight)
             found = self._series[replica.replica_id] = ReplicaSeries(
-                in_flight=self.in_flight.labels(replica.replica_id),
+                in_flight=in_flight,
                 ttft=self.ttft.labels(pool, generation),
                 tpot=self.tpot.labels(pool, generation),
                 e2e=self.e2e.labels(pool, generation),

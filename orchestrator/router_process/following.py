@@ -18,6 +18,7 @@ from orchestrator.controlplane.watch_client import follow_routing_table
 from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.server import Companion, Listen, serve
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
+from orchestrator.router_settings import router_profile
 from orchestrator.security.files import TlsFiles
 from orchestrator.table.source import TableHolder
 
@@ -45,7 +46,7 @@ def following_service(profile: str, settings: RouterSettings) -> RouterService:
     """A worker's router over an empty table, for `following_control_plane` to fill (load
     included: it scrapes no replica)."""
     return RouterService(
-        TableHolder(), profile_named(profile), settings=settings, scrape_replicas=False
+        TableHolder(), router_profile(profile), settings=settings, scrape_replicas=False
     )
 
 

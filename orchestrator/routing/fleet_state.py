@@ -5,11 +5,13 @@ the tightest TPOT target in flight (`routing/reservation.py`; fleet-wide, the on
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orchestrator.config.router_timing import DEFAULT_LOAD_STALE_AFTER_S
 from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.core.slo import MLPERF_TPOT_S
+from orchestrator.routing.in_flight_history import InFlightHistory
+from orchestrator.routing.others_estimate import OthersEstimate
 from orchestrator.routing.plugin import Candidate
 from orchestrator.routing.reservation import (
     NO_RESERVATION,
@@ -26,9 +28,24 @@ LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency avera
 class FleetState:
     """Stats by replica id. New replicas start from their prior; vanished ones are dropped."""
 
-    def __init__(self, reference_tpot_s: float = MLPERF_TPOT_S) -> None:
-        """`reference_tpot_s` (wall seconds): the TPOT target the table's capacity priors are at."""
+    def __init__(
+        self,
+        reference_tpot_s: float = MLPERF_TPOT_S,
+        *,
+        clock: Callable[[], float] | None = None,
+        history_s: float = DEFAULT_LOAD_STALE_AFTER_S,
+    ) -> None:
+        """`reference_tpot_s` (wall seconds): the TPOT target the table's capacity priors are at.
+        With `clock` (the router's), each replica's in-flight of the last `history_s` is kept, so a
+        report scraped a moment ago is set against what this router had in flight then
+        (`reported`); without, against what it has now (the virtual fleet, whose reports are read
+        as they are scraped)."""
         self.reference_tpot_s = reference_tpot_s
+        self._clock = clock
+        self._history_s = history_s
+        self._history: dict[str, InFlightHistory] = {}
+        self._others = OthersEstimate(history_s) if clock is not None else None
+        self._finished_total = 0  # every replica's, for `_others`
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
@@ -45,6 +62,9 @@ class FleetState:
         for replica_id in list(self._stats):
             if replica_id not in live:
                 del self._stats[replica_id]
+                self._history.pop(replica_id, None)
+                if self._others is not None:
+                    self._others.forget(replica_id)
         for replica in table.replicas:
             if replica.replica_id not in self._stats:
                 self._stats[replica.replica_id] = self._new(replica)
@@ -110,6 +130,7 @@ class FleetState:
             stats.in_flight += 1
             stats.started_total += 1
             stats.count_in(target_tpot_s)
+            self._log(replica.replica_id, stats.in_flight)
         # Counted whether or not the replica is still in the table: the forwarder finishes every
         # request it started, and `finished` takes it back the same way.
         self._count(target_tpot_s, 1)
@@ -134,11 +155,15 @@ class FleetState:
         running_at_first_token: int | None = None,
     ) -> None:
         self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
+        self._finished_total += 1
+        if self._others is not None:
+            self._others.finished(self._finished_total, self._stats)
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
         stats.in_flight = max(0, stats.in_flight - 1)
         stats.count_out(target_tpot_s)
+        self._log(replica.replica_id, stats.in_flight)
         stats.finished_total += 1
         stats.output_tokens_total += output_tokens
         if not ok:
@@ -166,10 +191,11 @@ class FleetState:
         """Take a load report read at `now_s` (router clock): `load` was observed at its
         `observed_at_s` on the same clock and stays known until `stale_after_s` after that.
 
-        `others` is fixed here, as the engine's requests minus this router's in flight now; what
-        this router sends later adds to its own in-flight, so decisions between two reports count
-        it. `None` (with the adapter's `problem`) makes the load unknown at once; the last figure
-        of `others` is kept. Returns the stats, `None` for a replica not in the table.
+        `others` is fixed here, as the engine's requests minus what this router had in flight
+        when the load was observed (now, without a clock); what this router sends later adds to
+        its own in-flight, so decisions between two reports count it. `None` (with the adapter's
+        `problem`) makes the load unknown at once; the last figure of `others` is kept. Returns
+        the stats, `None` for a replica not in the table.
         """
         stats = self._stats.get(replica_id)
         if stats is None:
@@ -180,10 +206,31 @@ class FleetState:
             stats.load_problem = problem
             return stats
         stats.load = load
-        stats.others = max(0, load.running + load.waiting - stats.in_flight)
+        stats.others = max(0, load.running + load.waiting - self._own_at(replica_id, load, stats))
+        if self._others is not None:
+            self._others.reported(replica_id, stats.others, load.observed_at_s)
         stats.load_known_until_s = min(load.observed_at_s, now_s) + stale_after_s
         stats.load_problem = ""
         return stats
+
+    def reports_taken(self, now_s: float) -> None:
+        """After a batch of `reported` calls: other routers' share is re-estimated from them
+        (`routing/others_estimate.py`; with a clock only)."""
+        if self._others is not None:
+            in_flight = sum(self._in_flight_by_tpot.values())
+            self._others.rebase(now_s, self._finished_total, in_flight, self._stats)
+
+    def _log(self, replica_id: str, in_flight: int) -> None:
+        if self._clock is None:
+            return
+        history = self._history.get(replica_id)
+        if history is None:
+            history = self._history[replica_id] = InFlightHistory(self._history_s)
+        history.changed(self._clock(), in_flight)
+
+    def _own_at(self, replica_id: str, load: ReplicaLoad, stats: ReplicaStats) -> int:
+        history = self._history.get(replica_id)
+        return stats.in_flight if history is None else history.at(load.observed_at_s)
 
     def _count(self, tpot_s: float, delta: int) -> None:
         counts = self._in_flight_by_tpot

@@ -8,6 +8,7 @@ synchronous and pure over what they are given.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -72,6 +73,28 @@ class Scorer(Protocol):
     ) -> list[float]:
         """One score in [0, 1] per candidate, in the candidates' order."""
         ...
+
+
+@runtime_checkable
+class UtilisationScorer(Scorer, Protocol):
+    """Optional, for scorers: rate candidates from their utilisations ρ, computed by the caller.
+
+    ρ is `signals.utilisations(candidates, view.target_tpot_s, degraded_capacity_factor)`, the
+    same for every scorer with the same factor, so a profile with several such scorers (the
+    default one has two to four) computes it once per decision and hands each the same list,
+    which they only read. `score(ctx, view, candidates)` must equal
+    `score_utilised(ctx, view, candidates, ρ)`.
+    """
+
+    degraded_capacity_factor: float
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]: ...
 
 
 @runtime_checkable
@@ -154,6 +177,22 @@ class RequestObserver(Protocol):
     """Optional: a plugin that wants to know where requests went (prefix affinity, round robin)."""
 
     def on_routed(self, ctx: RequestContext, replica: Replica) -> None: ...
+
+
+@runtime_checkable
+class Seeded(Protocol):
+    """Optional: a plugin that draws at random (a tie-break, a sample, nominees). Router processes
+    sharing a fleet each build the same profile with the same seeds; `reseed` mixes a process's
+    identity in (`Profile.reseed`), so they do not draw in lockstep and send their next requests
+    to the same replica on the same table."""
+
+    def reseed(self, salt: int) -> None: ...
+
+
+def salt_rng(rng: random.Random, salt: int) -> None:
+    """Reseed `rng` from its configured state and `salt`: the same seed and salt draw the same
+    sequence (tests stay reproducible), another salt another one."""
+    rng.seed(hash((rng.getrandbits(64), salt)))
 
 
 PluginParams = Mapping[str, Any]

@@ -29,9 +29,13 @@ from orchestrator.routing.plugin import (
     RequestObserver,
     RoutingView,
     Scorer,
+    Seeded,
+    UtilisationScorer,
     WholeSetPicker,
+    salt_rng,
 )
 from orchestrator.routing.sampling import sample
+from orchestrator.routing.signals import utilisations
 
 MAX_FALLBACKS = 3
 DEFAULT_SAMPLE_SIZE = 8
@@ -65,7 +69,9 @@ class _Eligible:
 
 
 class _DecisionState:
-    """What a profile keeps between decisions: its random source and its filter cache."""
+    """What a profile keeps between decisions: its random source and its filter cache; and what
+    it works out once from its steps (how many filters are cached, which plugins nominate,
+    observe, or share the utilisations)."""
 
     __slots__ = (
         "cached_filters",
@@ -75,6 +81,7 @@ class _DecisionState:
         "observers",
         "primary_only",
         "rng",
+        "scoring",
         "whole_set",
     )
 
@@ -93,6 +100,11 @@ class _DecisionState:
         self.primary_only = tuple(_primary_only(step.plugin) for step in profile.filters)
         self.nominators = tuple(
             s.plugin for s in profile.scorers if isinstance(s.plugin, Nominator)
+        )
+        # (scorer, weight, the same scorer when it takes shared utilisations, else None)
+        self.scoring: tuple[tuple[Scorer, float, UtilisationScorer | None], ...] = tuple(
+            (s.plugin, s.weight, s.plugin if isinstance(s.plugin, UtilisationScorer) else None)
+            for s in profile.scorers
         )
         self.observers = tuple(
             p
@@ -156,7 +168,8 @@ class Profile:
 
     A `WholeSetPicker` (round robin, weighted random) sees every survivor, unsampled and
     unscored, so such a profile has no scorers. Randomness comes from `random.Random(seed)`;
-    router processes sharing a fleet should use different seeds, or they sample in lockstep.
+    router processes sharing a fleet must not draw in lockstep, so each mixes its identity into
+    the seeds (`reseed`).
     """
 
     __slots__ = ("_state", "spec")
@@ -168,6 +181,18 @@ class Profile:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def reseed(self, salt: int) -> None:
+        """Mix `salt` (a router process's identity) into the sampling's seed and each drawing
+        plugin's (`Seeded`): routers built from one profile file then break ties and sample apart
+        instead of all sending their next request to the same replica of the same table."""
+        salt_rng(self._state.rng, salt)
+        spec = self.spec
+        for plugin in (*(f.plugin for f in spec.filters), *(s.plugin for s in spec.scorers)):
+            if isinstance(plugin, Seeded):
+                plugin.reseed(salt)
+        if isinstance(spec.picker, Seeded):
+            spec.picker.reseed(salt)
 
     def decide(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
@@ -272,18 +297,33 @@ class Profile:
     def _combined_scores(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
-        if not self.spec.scorers:
-            return [0.0] * len(candidates)
-        total = [0.0] * len(candidates)
+        """Σ weight × clamp(score, 0, 1) / Σ weight, each scorer's terms added in profile order.
+
+        Scorers that rate by utilisation (`UtilisationScorer`) share one ρ list per decision.
+        """
+        count = len(candidates)
+        total = [0.0] * count
         weights = 0.0
-        for step in self.spec.scorers:
-            weight = step.weight
+        rhos: list[float] = []
+        rhos_factor = math.nan  # the degraded-capacity factor `rhos` was computed at
+        for plugin, weight, by_utilisation in self._state.scoring:
             weights += weight
-            # min(1.0, max(0.0, value)) without the calls (NaN clamps to 0.0 either way)
-            total = [
-                t + weight * (1.0 if v > 1.0 else v if v > 0.0 else 0.0)
-                for t, v in zip(total, step.plugin.score(ctx, view, candidates), strict=True)
-            ]
+            if by_utilisation is None:
+                values = plugin.score(ctx, view, candidates)
+            else:
+                factor = by_utilisation.degraded_capacity_factor
+                if factor != rhos_factor:
+                    rhos = utilisations(candidates, view.target_tpot_s, factor)
+                    rhos_factor = factor
+                values = by_utilisation.score_utilised(ctx, view, candidates, rhos)
+            if len(values) != count:
+                raise ValueError(
+                    f"scorer `{plugin.name}` gave {len(values)} scores for {count} candidates"
+                )
+            # a loop, not a comprehension per scorer: about half the cost on CPython 3.11
+            for index, value in enumerate(values):
+                # min(1.0, max(0.0, value)) without the calls (NaN clamps to 0.0 either way)
+                total[index] += weight * (1.0 if value > 1.0 else value if value > 0.0 else 0.0)
         return [value / weights for value in total] if weights > 0 else total
 
     @staticmethod

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
 from orchestrator.bench import (
@@ -35,11 +40,31 @@ def test_virtual_speed_runs_a_replica_through_a_short_server_scenario() -> None:
 
 
 def test_router_overhead_table_reports_what_each_router_adds_over_direct() -> None:
-    direct = router_overhead.Measurement("direct", 1000.0, 16000.0, 0.10, 0.20, 0.05)
-    routed = router_overhead.Measurement("ours", 500.0, 8000.0, 0.40, 0.90, 0.35)
+    nan = float("nan")
+    direct = router_overhead.Measurement("direct", 1000.0, 16000.0, 0.10, 0.20, 0.05, nan, 3.0)
+    routed = router_overhead.Measurement("ours", 500.0, 8000.0, 0.40, 0.90, 0.35, 120.4, 3.5)
     table = router_overhead.format_table([direct, routed])
     row = next(line for line in table.splitlines() if line.startswith("ours"))
-    assert row.split()[1:] == ["500", "8,000", "0.40", "0.90", "0.30", "0.70", "0.35", "0.30"]
+    assert row.split()[1:] == [
+        "500", "8,000", "0.40", "0.90", "0.30", "0.70", "0.35", "0.30", "120", "3.5"
+    ]  # fmt: skip
+
+
+def test_a_sessions_cpu_counts_every_process_in_it() -> None:
+    """What the router-overhead bench charges a router: its own CPU and its workers'."""
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    worker = subprocess.Popen([sys.executable, "-c", f"{burn}\ninput()"], stdin=subprocess.PIPE)
+    try:
+        session = os.getsid(0)
+        own_s = process_probes.cpu_seconds(os.getpid())
+        deadline = time.monotonic() + 10
+        while process_probes.cpu_seconds(worker.pid) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        total_s = process_probes.session_cpu_seconds(session)
+        assert total_s >= own_s + 0.25
+        assert process_probes.session_cpu_seconds(worker.pid) == 0.0  # no such session
+    finally:
+        worker.communicate(b"\n", timeout=10)
 
 
 def test_fleet_scale_reads_the_load_age_p99_from_a_histogram_and_splits_routers_unevenly() -> None:

@@ -17,7 +17,8 @@ from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
 from orchestrator.config.schema import OrchestratorConfig, PoolSpec
-from orchestrator.controlplane.checker_actor import ExternalCheckerActor
+from orchestrator.controlplane.checker_actor import checker_shares
+from orchestrator.controlplane.control_plane import ControlPlane
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
@@ -210,11 +211,29 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.1)
 
 
-def test_a_checker_actor_of_its_own_reports_its_pools_loads_in_one_call_a_round(
+def test_shares_of_checked_endpoints_are_whole_pools_and_none_for_a_small_fleet() -> None:
+    def external(name: str, endpoints: int) -> PoolSpec:
+        urls = tuple(f"http://10.0.0.{i}:8000" for i in range(endpoints))
+        return PoolSpec(
+            name=name, site="us", generation=Generation.MI300X, engine=EngineKind.EXTERNAL,
+            endpoints=urls,
+        )  # fmt: skip
+
+    config = default_config().model_copy(
+        update={"pools": (external("a", 40), external("b", 30), external("c", 100))}
+    )
+    shares = checker_shares(config, per_checker=64)
+    assert [[p.name for p in share.pools] for share in shares] == [["a"], ["b"], ["c"]]
+    assert checker_shares(config, per_checker=170) == []  # one process checks 170 pages
+    assert [[p.name for p in s.pools] for s in checker_shares(config, 80)] == [["a", "b"], ["c"]]
+
+
+def test_past_its_share_of_endpoints_the_control_plane_checks_them_in_checker_actors(
     local_ray: None,
 ) -> None:
-    """An `ExternalCheckerActor` over one pool: a simulated engine there is listed with the load
-    its page reports, in the table routers get; the control plane's own checker is not needed."""
+    """A control plane told to check one endpoint per process at most starts a checker actor for
+    its external pool: a simulated engine there is listed with the load its page reports, in the
+    table routers get; stopping the control plane removes the actor."""
 
     async def scenario() -> None:
         settings = ReplicaSettings(Generation.MI300X, time_scale=0.0)
@@ -227,19 +246,28 @@ def test_a_checker_actor_of_its_own_reports_its_pools_loads_in_one_call_a_round(
                 endpoints=(url,),
             )
             config = default_config().model_copy(update={"pools": (pool,)})
-            registry = start_registry(config, name="sharded", namespace=NAMESPACE)
-            checker = ExternalCheckerActor.remote(config, registry, 0.2)
+            control_plane = ControlPlane(
+                config,
+                namespace=NAMESPACE,
+                registry_name="sharded",
+                port=0,
+                endpoints_per_checker=0,
+            )
+            await control_plane.start()
             try:
-                assert isinstance(await checker.start.remote(), int)
 
                 def listed_with_load() -> bool:
-                    table: RoutingTable = ray.get(registry.snapshot.remote(), timeout=10)
+                    table: RoutingTable = ray.get(
+                        control_plane.registry.snapshot.remote(), timeout=10
+                    )
                     report = table.loads.get("us-shard-0")
                     return report is not None and report.load is not None
 
                 await until(listed_with_load)
+                (checker,) = control_plane.checker_actors
+                assert isinstance(await checker.start.remote(), int)  # already checking
             finally:
-                ray.kill(checker)
-                ray.kill(registry, no_restart=True)
+                await control_plane.stop(remove_registry=True)
+            assert control_plane.checker_actors == ()
 
     asyncio.run(scenario())

@@ -51,6 +51,9 @@ def test_heartbeats_put_load_in_the_table_without_bumping_its_version(
     assert report.capacity_tokens_per_s == table.replica("kr-a").capacity_prior_tokens_per_s  # type: ignore[union-attr]
     assert set(table.loads) == {"kr-a"}  # no report yet for the others: none invented
 
+    state.heartbeat("kr-b", load(1, 10.0, at_s=5.0), age_s=0.3)  # read 0.3 s before it was sent
+    assert state.table().loads["kr-b"].age_s == pytest.approx(0.3)  # dated from its scrape
+
 
 def test_a_delta_holds_only_the_replicas_that_reported_since_the_version_asked_for(
     state: RegistryState,

@@ -27,15 +27,17 @@ def following_router() -> RouterService:
     )
 
 
-def test_a_report_sets_the_load_the_shared_capacity_and_others_fixed_at_that_moment() -> None:
+def test_a_report_sets_the_load_the_shared_capacity_and_others_fixed_at_the_scrape() -> None:
+    """Others: the engine's requests at the scrape less what this router had in flight then; a
+    request it sent after the scrape is not in the engine's figure, so it is not taken off."""
     router = following_router()
     router.apply_loads([])
     replica = router.table.snapshot().replica("a")
     assert replica is not None
     router.fleet.started(replica)
     engine = ReplicaLoad(running=6, waiting=1, kv_cache_usage=0.4, observed_at_s=0.0)
-    now = router.clock.now()
-    report = LoadReport("a", ReplicaLoad(6, 1, 0.4, observed_at_s=now - 0.3), 0.3, 1234.0)
+    now = router.clock.now()  # after the send: the engine's 7 hold it
+    report = LoadReport("a", ReplicaLoad(6, 1, 0.4, observed_at_s=now), 0.0, 1234.0)
 
     router.apply_loads([report, LoadReport("gone", engine, 0.1, 99.0)])
     router.fleet.started(replica)
@@ -48,6 +50,10 @@ def test_a_report_sets_the_load_the_shared_capacity_and_others_fixed_at_that_mom
     assert stats.load_known(router.clock.now())
     assert not stats.load_known(router.clock.now() + router.settings.load_stale_after_s)
     assert router.fleet.stats("gone") is None
+
+    scraped_before = router.clock.now() - 10.0  # before both sends
+    router.apply_loads([LoadReport("a", ReplicaLoad(6, 1, 0.4, observed_at_s=scraped_before))])
+    assert stats.others == 6 + 1
 
 
 def test_an_adapter_error_in_the_table_makes_the_load_unknown_with_its_reason() -> None:

@@ -85,3 +85,65 @@ def test_a_replica_with_a_fresh_load_is_preferred_over_one_whose_load_went_stale
     )
 
     assert decision.primary.replica_id == "fresh-busy"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_a_report_scraped_before_this_routers_last_sends_counts_them_as_its_own() -> None:
+    """Scraped at 10.0 with 2 of ours running; 3 more sent at 10.5 and read at 11.0: others are
+    the 3 the engine had beyond ours then, not 5 - 5 = 0."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    routing_table = table([replica("a", Generation.MI355X)])
+    fleet.sync(routing_table)
+    target = routing_table.replica("a")
+    assert target is not None
+    clock.now_s = 9.0
+    for _ in range(2):
+        fleet.started(target)
+    clock.now_s = 10.5
+    for _ in range(3):
+        fleet.started(target)
+    clock.now_s = 11.0
+    fleet.reported("a", busy(running=5, at_s=10.0), now_s=11.0)
+
+    stats = fleet.stats("a")
+    assert stats is not None and stats.others_in_flight() == 3 and stats.in_flight == 5
+
+
+def test_other_routers_load_moves_to_the_mean_as_this_routers_requests_turn_over() -> None:
+    """Four replicas, other routers reported 8 on one and 0 elsewhere: once half of what this
+    router had in flight at the scrape has finished, half the skew is taken to have moved on; once
+    all of it has, none. A router whose reports show no others is left as it is."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    ids = ["a", "b", "c", "d"]
+    routing_table = table(replica(i, Generation.MI355X) for i in ids)
+    fleet.sync(routing_table)
+    replicas = [r for r in routing_table.replicas]
+    for target in replicas:
+        for _ in range(2):
+            fleet.started(target)  # 8 of ours in flight at the scrape
+    clock.now_s = 1.0
+    for target in replicas:
+        running = 2 + (8 if target.replica_id == "a" else 0)
+        fleet.reported(target.replica_id, busy(running, at_s=1.0), now_s=1.0)
+    fleet.reports_taken(1.0)
+    others = {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
+    assert others == {"a": 8, "b": 0, "c": 0, "d": 0}
+
+    for target in replicas:  # half of ours finish
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    others = {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
+    assert others == {"a": 5, "b": 1, "c": 1, "d": 1}  # mean 2, skew halved
+
+    for target in replicas:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    others = {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
+    assert others == {"a": 2, "b": 2, "c": 2, "d": 2}

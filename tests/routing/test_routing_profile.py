@@ -392,3 +392,25 @@ def test_a_spec_is_frozen_data_and_each_profile_over_it_keeps_its_own_random_sou
     assert len(set(ahead)) > 1  # a fresh sample each decision
     assert samples(Profile(spec), 20) == ahead
     assert samples(first, 5) != ahead[:5]  # the first one went on from where it was
+
+
+def test_reseeded_profiles_draw_apart_and_the_same_salt_draws_the_same() -> None:
+    """Routers built from one profile with one seed would break every tie the same way."""
+    routing_table = table(replica(f"r{i}") for i in range(16))
+    fleet = FleetState()
+    fleet.sync(routing_table)
+
+    def picks(salt: int | None) -> list[str]:
+        profile = builtin_profiles()["capacity"]
+        if salt is not None:
+            profile.reseed(salt)
+        return [
+            profile.decide(
+                request(), view(routing_table), fleet.candidates(routing_table)
+            ).primary.replica_id
+            for _ in range(20)
+        ]
+
+    assert picks(1) == picks(1)
+    assert picks(1) != picks(2)
+    assert picks(None) != picks(1)

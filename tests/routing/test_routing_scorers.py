@@ -19,12 +19,13 @@ from routing_fleet import (
 
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import NodeHealth, ReplicaLoad
-from orchestrator.routing.plugin import Candidate, Nominator, Scorer
+from orchestrator.routing.plugin import Candidate, Nominator, Scorer, UtilisationScorer
 from orchestrator.routing.plugins.scorers.capacity_headroom import CapacityHeadroomScorer
 from orchestrator.routing.plugins.scorers.latency_slo import LatencySloScorer
 from orchestrator.routing.plugins.scorers.least_requests import LeastRequestsScorer
 from orchestrator.routing.plugins.scorers.prefix_affinity import PrefixAffinityScorer
 from orchestrator.routing.plugins.scorers.site_locality import SiteLocalityScorer
+from orchestrator.routing.signals import utilisations
 
 MI300X, MI355X = Generation.MI300X, Generation.MI355X
 
@@ -305,3 +306,30 @@ def test_every_scorer_returns_one_score_in_the_unit_interval_per_candidate(score
         scores = scorer.score(ctx, fleet_view, candidates)
         assert len(scores) == len(candidates)
         assert all(0.0 <= s <= 1.0 for s in scores)
+
+
+# -- shared utilisations ----------------------------------------------------------------------
+
+
+def test_scorers_rating_by_utilisation_score_alike_from_a_shared_list() -> None:
+    fleet = mixed_fleet(4)
+    rng = random.Random(5)
+    candidates = [
+        candidate(r, in_flight=rng.randrange(400), ttft_s=rng.choice([None, 0.4, 5.0]),
+                  tpot_s=rng.choice([None, 0.02, 0.2]))
+        for r in fleet
+    ]  # fmt: skip
+    fleet_view = view(table(fleet))
+    scorers: list[UtilisationScorer] = [
+        CapacityHeadroomScorer(),
+        LatencySloScorer(),
+        PrefixAffinityScorer(),
+        SiteLocalityScorer(),
+    ]
+    for ctx in (request(), request(prefix_hash=77, client_site="kr")):
+        for scorer in scorers:
+            assert isinstance(scorer, UtilisationScorer)
+            rhos = utilisations(candidates, TARGET_TPOT_S, scorer.degraded_capacity_factor)
+            shared = scorer.score_utilised(ctx, fleet_view, candidates, rhos)
+            assert shared == scorer.score(ctx, fleet_view, candidates)
+    assert not isinstance(LeastRequestsScorer(), UtilisationScorer)

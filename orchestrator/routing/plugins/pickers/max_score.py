@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from orchestrator.routing.context import RequestContext
-from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 
 TIE_TOLERANCE = 1e-9
@@ -36,6 +36,9 @@ class MaxScorePicker:
         parsed = parse_params(_Params, cls.TYPE, name, params)
         return cls(name, rng=random.Random(parsed.seed))
 
+    def reseed(self, salt: int) -> None:
+        salt_rng(self._rng, salt)
+
     def pick(
         self,
         ctx: RequestContext,
@@ -45,15 +48,16 @@ class MaxScorePicker:
         *,
         limit: int | None = None,
     ) -> list[Candidate]:
-        best = max(scores)
-        top = [i for i, score in enumerate(scores) if score >= best - TIE_TOLERANCE]
-        first = top[0] if len(top) == 1 else self._rng.choice(top)
+        # One stable sort, best first, gives both the primary's ties (a prefix of it, taken back
+        # to input order for the draw) and the fallbacks (equal scores keep input order).
+        order = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
+        threshold = scores[order[0]] - TIE_TOLERANCE
+        ties = 1
+        while ties < len(order) and scores[order[ties]] >= threshold:
+            ties += 1
+        first = order[0] if ties == 1 else self._rng.choice(sorted(order[:ties]))
         wanted = len(candidates) if limit is None else min(limit, len(candidates))
         if wanted <= 1:
             return [candidates[first]]
-        rest = sorted(  # stable, so equal scores keep input order
-            (i for i in range(len(candidates)) if i != first),
-            key=scores.__getitem__,
-            reverse=True,
-        )
-        return [candidates[first], *(candidates[i] for i in rest[: wanted - 1])]
+        order.remove(first)
+        return [candidates[first], *[candidates[i] for i in order[: wanted - 1]]]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from orchestrator.routing.context import RequestContext
-from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.signals import outstanding
 
@@ -37,6 +37,9 @@ class PowerOfTwoPicker:
     def from_params(cls, name: str, params: PluginParams) -> PowerOfTwoPicker:
         parsed = parse_params(_Params, cls.TYPE, name, params)
         return cls(name, rng=random.Random(parsed.seed))
+
+    def reseed(self, salt: int) -> None:
+        salt_rng(self._rng, salt)
 
     def pick(
         self,

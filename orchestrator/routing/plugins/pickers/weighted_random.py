@@ -13,7 +13,7 @@ from pydantic import Field
 
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
-from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 
 
@@ -61,6 +61,9 @@ class WeightedRandomPicker:
     def from_params(cls, name: str, params: PluginParams) -> WeightedRandomPicker:
         parsed = parse_params(_Params, cls.TYPE, name, params)
         return cls(name, weights=parsed.weights, rng=random.Random(parsed.seed))
+
+    def reseed(self, salt: int) -> None:
+        salt_rng(self._rng, salt)
 
     def pick(
         self,

@@ -53,4 +53,13 @@ class CapacityHeadroomScorer:
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
         rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return self.score_utilised(ctx, view, candidates, rhos)
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]:
         return [1.0 / (1.0 + rho) for rho in rhos]

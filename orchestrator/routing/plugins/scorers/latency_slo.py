@@ -57,24 +57,35 @@ class LatencySloScorer:
     def score(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
-        # `predicted_ttft_s` and `predicted_tpot_s` written out: this runs for every candidate.
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return self.score_utilised(ctx, view, candidates, rhos)
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]:
+        # `predicted_ttft_s`, `predicted_tpot_s` and min(1, T / pred) written out: this runs for
+        # every candidate scored.
         target_ttft, target_tpot = view.target_ttft_s, view.target_tpot_s
-        rhos = utilisations(candidates, target_tpot, self.degraded_capacity_factor)
+        unknown_ttft = target_ttft * UNKNOWN_TTFT_FRACTION
+        unknown_tpot = target_tpot * UNKNOWN_TPOT_FRACTION
         scores = []
         for candidate, rho in zip(candidates, rhos, strict=True):
             stats = candidate.stats
             ttft_base = stats.ttft_s
             if ttft_base is None:
-                ttft_base = target_ttft * UNKNOWN_TTFT_FRACTION
+                ttft_base = unknown_ttft
             tpot_base = stats.tpot_s
             if tpot_base is None:
-                tpot_base = target_tpot * UNKNOWN_TPOT_FRACTION
+                tpot_base = unknown_tpot
             capped = MAX_PREDICTED_UTILISATION if rho > MAX_PREDICTED_UTILISATION else rho
             ttft = ttft_base / (1.0 - capped)
             tpot = tpot_base * (1.0 + rho)
-            scores.append(_within(target_ttft, ttft) * _within(target_tpot, tpot))
+            scores.append(
+                (1.0 if ttft <= target_ttft else target_ttft / ttft)
+                * (1.0 if tpot <= target_tpot else target_tpot / tpot)
+            )
         return scores
-
-
-def _within(target_s: float, predicted_s: float) -> float:
-    return 1.0 if predicted_s <= target_s else target_s / predicted_s

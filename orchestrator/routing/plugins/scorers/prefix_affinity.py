@@ -121,8 +121,19 @@ class PrefixAffinityScorer:
     ) -> list[float]:
         if ctx.prefix_hash is None:
             return [NO_PREFIX_SCORE] * len(candidates)
-        point = prefix_point(ctx.prefix_hash)
         rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return self.score_utilised(ctx, view, candidates, rhos)
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]:
+        if ctx.prefix_hash is None:
+            return [NO_PREFIX_SCORE] * len(candidates)
+        point = prefix_point(ctx.prefix_hash)
         bound = (1.0 + self.load_factor) * sum(rhos) / len(rhos)
         scores = [0.0] * len(candidates)
         largest = self._largest.get(view.table, _largest_capacity)

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
-from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
+from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
@@ -99,6 +99,9 @@ class SiteLocalityScorer:
             rng=random.Random(parsed.seed),
         )
 
+    def reseed(self, salt: int) -> None:
+        salt_rng(self._rng, salt)
+
     def spilling(self, client_site: str, remote_site: str) -> bool:
         """Whether requests from `client_site` may go to `remote_site` as if it were local."""
         return (client_site, remote_site) in self._spilling
@@ -106,12 +109,23 @@ class SiteLocalityScorer:
     def score(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> list[float]:
+        if ctx.client_site is None:
+            return [1.0] * len(candidates)
+        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
+        return self.score_utilised(ctx, view, candidates, rhos)
+
+    def score_utilised(
+        self,
+        ctx: RequestContext,
+        view: RoutingView,
+        candidates: Sequence[Candidate],
+        rhos: Sequence[float],
+    ) -> list[float]:
         client = ctx.client_site
         if client is None:
             return [1.0] * len(candidates)
         best_local = math.inf
         best_remote: dict[str, float] = {}
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
         for candidate, rho in zip(candidates, rhos, strict=True):
             ttft = predicted_ttft_s(candidate, view, rho)
             site = candidate.replica.site
