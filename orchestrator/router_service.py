@@ -297,9 +297,11 @@ class RouterService:
         that class's TPOT target, or the tighter one a replica's batch is held to
         (`ReplicaStats.binding_tpot_s`), what other routers run on them, and the part held for
         this class (replicas reserved for its target), and the requests that would still fit one by
-        one on a replica within the target binding there."""
+        one on a replica within the target binding there, its room scaled by the admission's
+        capacity factor as the fleet-wide limit is."""
         table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
+        factor = self.settings.admission.capacity_factor
         capacity = reserved = free = free_reserved = 0.0
         others = 0
         for candidate in self.fleet.candidates(table):
@@ -314,10 +316,11 @@ class RouterService:
                 reserved += sequences
             running = stats.in_flight + stats.others_in_flight()
             others += stats.others_in_flight()
-            if sequences - running >= 1.0:
-                free += math.floor(sequences - running)
+            room = sequences * factor - running
+            if room >= 1.0:
+                free += math.floor(room)
                 if stats.reserved_tpot_s == tpot_s:
-                    free_reserved += math.floor(sequences - running)
+                    free_reserved += math.floor(room)
         if reserved > 0:  # routing sends this class only there (filter `slo-reserved`)
             free = free_reserved
         return FleetRoom(capacity, others, reserved, free) if capacity > 0 else None

@@ -11,7 +11,8 @@ one that cannot be served within the queue timeout is refused at once rather tha
 with a `Retry-After`: the queue is full, or its predicted wait passes half the timeout. The
 prediction is the position in the queue over the rate at which the queue was served in the last
 two timeouts, or, before twenty requests were served from it, times the mean time a request
-holds its slot over the number of slots; before any request has finished nothing says how long a
+holds its slot over the number of slots (over the requests running, while no replica has free
+room: one of them must end first); before any request has finished nothing says how long a
 wait would be, so a request that finds no room then is refused at once.
 
 Interactive requests are served before batch ones: batch is admitted only below
@@ -61,7 +62,8 @@ class FleetRoom:
     others: int = 0
     reserved: float = 0.0
     # requests that fit now one by one on the replica they would go to: Σ over replicas of
-    # ⌊room there − what runs there⌋ (at least 0), each at the target that binds its batch
+    # ⌊room there × capacity factor − what runs there⌋ (at least 0), each at the target that
+    # binds its batch
     free: float = math.inf
 
 
@@ -84,7 +86,7 @@ class _Lane:
 
     __slots__ = (
         "active", "active_by", "checked_s", "hold_s", "model", "queues", "room", "rooms", "served",
-        "taken",
+        "taken_by",
     )  # fmt: skip
 
     def __init__(self, model: str) -> None:
@@ -97,7 +99,8 @@ class _Lane:
         self.checked_s = -math.inf
         self.served: deque[float] = deque(maxlen=MAX_SERVED)  # when waiters were admitted
         self.hold_s: float | None = None  # mean seconds an admitted request holds its slot
-        self.taken = 0  # requests admitted since the rooms were read (each took a free slot)
+        # requests admitted since the rooms were read, by class (each took a free slot)
+        self.taken_by: dict[Priority, int] = dict.fromkeys(Priority, 0)
 
     def queued(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
@@ -178,7 +181,7 @@ class AdmissionController:
             return self._admitted(lane, priority, now_s)
         self._make_room_in_queue(lane, priority)
         position = self._position(lane, priority)
-        wait_s = self._predicted_wait_s(lane, position, self._slots(lane, priority))
+        wait_s = self._predicted_wait_s(lane, position, self._draining(lane, priority))
         if wait_s is None or wait_s > WAIT_MARGIN * self.queue_timeout_s:
             raise self._refuse(priority, "refused_wait", wait_s or self._retry_s(lane))
         waiter = _Waiter(loop.create_future(), priority, now_s)
@@ -210,9 +213,14 @@ class AdmissionController:
         since_s: float | None = None,
         priority: Priority = Priority.INTERACTIVE,
     ) -> None:
-        """A slot came back; `since_s` is when it was taken (None: it never served)."""
+        """A slot came back; `since_s` is when it was taken (None: it never served).
+
+        One admitted since the rooms were read gives its free slot back at once (one admitted
+        before is in the room the next read finds)."""
         lane.active = max(0, lane.active - 1)
         lane.active_by[priority] = max(0, lane.active_by[priority] - 1)
+        if lane.taken_by[priority] > 0:
+            lane.taken_by[priority] -= 1
         now_s = asyncio.get_running_loop().time()
         if since_s is not None:
             held_s = now_s - since_s
@@ -256,7 +264,7 @@ class AdmissionController:
         room = rooms.get(Priority.INTERACTIVE)
         if lane is not None:
             lane.room, lane.rooms, lane.checked_s = room, rooms, now_s
-            lane.taken = 0
+            lane.taken_by = dict.fromkeys(Priority, 0)
         if room is not None and self._metrics is not None:
             self._metrics.capacity.set(room.capacity)
         return room
@@ -268,6 +276,15 @@ class AdmissionController:
     def _slots(self, lane: _Lane, priority: Priority) -> float:
         room = lane.rooms.get(priority)
         return 1.0 if room is None else self._limit(room, priority)
+
+    def _draining(self, lane: _Lane, priority: Priority) -> float:
+        """The slots the queue of `priority` drains through: the class's, but while no replica
+        has free room for it only the requests running now (one of them must end first)."""
+        slots = self._slots(lane, priority)
+        room = lane.rooms.get(priority)
+        if room is not None and room.free - self._taken(lane, priority) < 1.0:
+            return min(slots, max(1.0, float(lane.active)))
+        return slots
 
     @staticmethod
     def _load(lane: _Lane, priority: Priority) -> float:
@@ -288,13 +305,23 @@ class AdmissionController:
         if not lane.rooms:
             return True
         room = lane.rooms.get(priority)
-        if room is not None and room.free - lane.taken < 1.0:
+        if room is not None and room.free - self._taken(lane, priority) < 1.0:
             return False  # no replica would run it within its target now: it waits
         if room is not None and room.reserved > 0:
             held = room.reserved * self.settings.capacity_factor - room.others
             if lane.active_by[priority] < held:
                 return True
         return self._load(lane, priority) < self._slots(lane, priority)
+
+    @staticmethod
+    def _taken(lane: _Lane, priority: Priority) -> int:
+        """Admissions since the rooms were read that took from `priority`'s free room: its own,
+        and the other classes' unless its room is on replicas reserved for it (they do not go
+        there first)."""
+        room = lane.rooms.get(priority)
+        if room is not None and room.reserved > 0:
+            return lane.taken_by[priority]
+        return sum(lane.taken_by.values())
 
     @staticmethod
     def _ahead_of(lane: _Lane, priority: Priority) -> bool:
@@ -330,7 +357,7 @@ class AdmissionController:
 
     def _retry_s(self, lane: _Lane) -> float:
         wait_s = self._predicted_wait_s(
-            lane, lane.queued() + 1, self._slots(lane, Priority.INTERACTIVE)
+            lane, lane.queued() + 1, self._draining(lane, Priority.INTERACTIVE)
         )
         return self.queue_timeout_s if wait_s is None else max(wait_s, self.queue_timeout_s)
 
@@ -351,7 +378,7 @@ class AdmissionController:
         raise self._refuse(priority, "refused_queue_full", self._retry_s(lane))
 
     def _admitted(self, lane: _Lane, priority: Priority, now_s: float) -> Ticket:
-        lane.taken += 1
+        lane.taken_by[priority] += 1
         lane.active += 1
         lane.active_by[priority] += 1
         if self._admitted_counts is not None:
@@ -392,7 +419,7 @@ class AdmissionController:
                 if waiter.future.done():
                     continue
                 lane.served.append(now_s)
-                lane.taken += 1
+                lane.taken_by[priority] += 1
                 lane.active += 1
                 lane.active_by[priority] += 1
                 waiter.future.set_result(None)

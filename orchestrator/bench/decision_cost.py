@@ -6,7 +6,9 @@ Each fleet is half MI300X, half MI355X (capacity priors from the fleet model), s
 sites 150 ms apart, with a steady background load. The `capacity` profile decides for a stream of
 requests (hot and cold prefixes, clients in both sites) at `--rate` decisions per simulated
 second, so its 0.2 s filter cache expires as it would in service. The figure is the median over
-repeats of wall-clock µs per `Profile.decide` call (one core, this process).
+repeats of wall-clock µs per `Profile.decide` call (one core, this process). `--reserved` puts
+work with a looser TPOT target in flight too, so replicas are held for the requests' tight one
+(filter `slo-reserved` narrows the primary, the fallbacks come from the rest).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SITES = ("kr", "us")
 RTT_S = 0.150
 BACKGROUND_UTILISATION = 0.5  # mean share of each replica's concurrency capacity already busy
 HOT_PREFIXES = 64
+LOOSER = 3.0  # `--reserved`: the looser class's TPOT target, times the requests' own
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +69,21 @@ def build_table(replicas: int) -> RoutingTable:
     return RoutingTable(version=1, replicas=tuple(rows), sites=sites)
 
 
-def loaded_candidates(
-    table: RoutingTable, target_tpot_s: float, rng: random.Random
-) -> list[Candidate]:
+def loaded_fleet(
+    table: RoutingTable, target_tpot_s: float, rng: random.Random, *, reserved: bool = False
+) -> tuple[FleetState, list[Candidate]]:
+    """The background load; with `reserved`, requests at the target and at a looser one in flight
+    (as the forwarder counts them), so that replicas are held for the target."""
     fleet = FleetState()
     fleet.sync(table)
     candidates = fleet.candidates(table)
     for candidate in candidates:
         busy = candidate.stats.concurrency_capacity(target_tpot_s) * BACKGROUND_UTILISATION
         candidate.stats.in_flight = int(busy * rng.uniform(0.5, 1.5))
-    return candidates
+    if reserved:
+        for index, candidate in enumerate(candidates):
+            fleet.started(candidate.replica, target_tpot_s * (1.0 if index % 4 else LOOSER))
+    return fleet, candidates
 
 
 def request_stream(count: int, rng: random.Random) -> list[RequestContext]:
@@ -95,15 +103,23 @@ def request_stream(count: int, rng: random.Random) -> list[RequestContext]:
     return contexts
 
 
-def measure(replicas: int, iterations: int, repeats: int, rate_per_s: float, seed: int) -> float:
+def measure(
+    replicas: int,
+    iterations: int,
+    repeats: int,
+    rate_per_s: float,
+    seed: int,
+    *,
+    reserved: bool = False,
+) -> float:
     """Median over `repeats` of µs per decision, after one untimed warm-up pass."""
     target = load_figures().workload.server_latency_p99
     rng = random.Random(seed)
     table = build_table(replicas)
-    candidates = loaded_candidates(table, target.tpot_s, rng)
+    fleet, candidates = loaded_fleet(table, target.tpot_s, rng, reserved=reserved)
     contexts = request_stream(iterations, rng)
     views = [
-        RoutingView(table, target.ttft_s, target.tpot_s, now_s=i / rate_per_s)
+        RoutingView(table, target.ttft_s, target.tpot_s, i / rate_per_s, fleet.reservation)
         for i in range(iterations)
     ]
     profile: Profile = builtin_profiles()[DEFAULT_PROFILE]
@@ -142,11 +158,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--large", type=positive_int, default=512, help="replicas in the large fleet"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--reserved",
+        action="store_true",
+        help="a looser class in flight too: replicas are held for the requests' target",
+    )
     args = parser.parse_args(argv)
     if args.iterations < 1 or args.repeats < 1 or args.rate <= 0:
         parser.error("--iterations and --repeats must be at least 1, --rate positive")
     results = [
-        CostResult(size, measure(size, args.iterations, args.repeats, args.rate, args.seed))
+        CostResult(
+            size,
+            measure(
+                size, args.iterations, args.repeats, args.rate, args.seed, reserved=args.reserved
+            ),
+        )
         for size in (args.small, args.large)
     ]
     print(format_results(results))

@@ -298,7 +298,9 @@ class VirtualFleet:
         ctx = RequestContext(
             model=MODEL, prompt_tokens=arrival.prompt_tokens, max_tokens=arrival.output_tokens
         )
-        view = RoutingView(self.table, self.target_ttft_s, self.target_tpot_s, now)
+        view = RoutingView(
+            self.table, self.target_ttft_s, self.target_tpot_s, now, self.state.reservation
+        )
         decision = self.profile.decide(ctx, view, self.state.candidates(self.table))
         engine = self.engines[decision.primary.replica_id]
         request = SimRequest(arrival.prompt_tokens, arrival.output_tokens, now)

@@ -24,7 +24,10 @@ from orchestrator.config.http import DEFAULT_MAX_BODY_BYTES
 from orchestrator.config.settings_model import SettingsModel
 
 DEFAULT_WRITE_STALL_S: Final = 30.0
+C_INT_MAX: Final = 2**31 - 1  # gRPC takes its channel options as C ints
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# a bound gRPC itself keeps, in milliseconds: at most a C int of them (24.8 days)
+CoreSeconds = Annotated[float, Field(gt=0, le=C_INT_MAX // 1000, allow_inf_nan=False)]
 
 
 class GrpcSpec(SettingsModel):
@@ -42,7 +45,7 @@ class GrpcSpec(SettingsModel):
         json_schema_extra={"flag": "--grpc-health-interval"},
         description="seconds between the health service's reads of the router's readiness",
     )
-    max_message_bytes: Annotated[int, Field(gt=0)] = Field(
+    max_message_bytes: Annotated[int, Field(gt=0, le=C_INT_MAX)] = Field(
         default=DEFAULT_MAX_BODY_BYTES,
         alias="maxMessageBytes",
         json_schema_extra={"flag": "--grpc-max-message-bytes"},
@@ -54,13 +57,13 @@ class GrpcSpec(SettingsModel):
         json_schema_extra={"flag": "--grpc-write-stall"},
         description="seconds a stream's client may take no message before the stream is cut",
     )
-    handshake_s: Seconds = Field(
+    handshake_s: CoreSeconds = Field(
         default=10.0,
         alias="handshakeS",
         json_schema_extra={"flag": "--grpc-handshake-timeout"},
         description="seconds a connection may take to finish its handshake",
     )
-    idle_s: Seconds = Field(
+    idle_s: CoreSeconds = Field(
         default=75.0,
         alias="idleS",
         json_schema_extra={"flag": "--grpc-idle"},

@@ -128,6 +128,6 @@ class CircuitBreakers:
         return circuit
 
     def _mirror(self, replica_id: str, circuit: _Circuit) -> None:
-        stats = self._fleet.stats(replica_id)
-        if stats is not None:
-            stats.circuit_open = circuit.state is BreakerState.OPEN or circuit.probing
+        self._fleet.circuit_changed(
+            replica_id, circuit.state is BreakerState.OPEN or circuit.probing
+        )

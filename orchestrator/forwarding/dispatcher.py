@@ -195,7 +195,7 @@ class Dispatcher:
         if ctx.replica_id is not None:
             return _pinned(ctx.replica_id, table.replica(ctx.replica_id))
         target = request.target
-        view = RoutingView(table, target.ttft_s, target.tpot_s, now)
+        view = RoutingView(table, target.ttft_s, target.tpot_s, now, self._fleet.reservation)
         return self.profile.decide(ctx, view, self._fleet.candidates(table))
 
     def _relayed(self, request: _Request, opened: Moved) -> UpstreamReply:

@@ -13,7 +13,12 @@ from orchestrator.core.slo import MLPERF_TPOT_S
 from orchestrator.routing.in_flight_history import InFlightHistory
 from orchestrator.routing.others_estimate import OthersEstimate
 from orchestrator.routing.plugin import Candidate
-from orchestrator.routing.reservation import demand_moved, reserved_replicas
+from orchestrator.routing.reservation import (
+    NO_RESERVATION,
+    Reservation,
+    demand_moved,
+    reserved_replicas,
+)
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
@@ -45,12 +50,17 @@ class FleetState:
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
+        self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
+        self._not_ready: set[str] = set()  # replicas the table has draining (never reserved)
 
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
         live = {r.replica_id for r in table.replicas}
         self._ready_models = {
             r.replica_id: r.model for r in table.replicas if r.state is ReplicaState.READY
+        }
+        self._not_ready = {
+            r.replica_id for r in table.replicas if r.state is not ReplicaState.READY
         }
         for replica_id in list(self._stats):
             if replica_id not in live:
@@ -99,6 +109,20 @@ class FleetState:
             if replica.state is ReplicaState.READY and stats is not None and not stats.circuit_open:
                 counts[replica.model] += 1
         return counts
+
+    def circuit_changed(self, replica_id: str, is_open: bool) -> None:
+        """Mirror a circuit (`forwarding/breaker.py`): routing skips the replica while it is open.
+        A reserved replica whose circuit opens is replaced at once, and one that closes may be
+        chosen again; other changes leave the reservation as it is."""
+        stats = self._stats.get(replica_id)
+        if stats is None or stats.circuit_open is is_open:
+            return
+        stats.circuit_open = is_open
+        if self.reservation is NO_RESERVATION:
+            return
+        if not is_open or stats.reserved_tpot_s == self.reservation.tpot_s:
+            self._reserved_for = None
+            self._reserve()
 
     # -- the forwarder's bookkeeping -----------------------------------------------------------
 
@@ -150,8 +174,10 @@ class FleetState:
             stats.failed_total += 1
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
+        if tpot_s is not None and ok:
             # its TPOT at the mean of what the replica ran from its first token to its last
-            # (itself included, before it left)
+            # (itself included, before it left); a failed, stalled or abandoned stream's time
+            # per token is not the batch's step (5 tokens cut by the 30 s stall timeout read 7.5 s)
             running: float = stats.in_flight + 1 + stats.others
             if running_at_first_token is not None:
                 running = (running + running_at_first_token) / 2
@@ -232,13 +258,20 @@ class FleetState:
             return
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
-        usable = [stats for stats in every if not stats.circuit_open]
+        not_ready = self._not_ready
+        usable = [
+            stats
+            for replica_id, stats in self._stats.items()
+            if not stats.circuit_open and replica_id not in not_ready
+        ]
         held = {i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight}
         capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
             stats.reserved_tpot_s = math.inf
-        for index in reserved_replicas(capacities, demand, held):
+        chosen = reserved_replicas(capacities, demand, held)
+        for index in chosen:
             usable[index].reserved_tpot_s = tight
+        self.reservation = Reservation(tight) if chosen else NO_RESERVATION
 
 
 def _smooth(previous: float | None, value: float) -> float:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.core.records import Replica
 from orchestrator.routing.context import RequestContext
+from orchestrator.routing.reservation import Reservation
 from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
@@ -32,12 +33,15 @@ class RoutingView:
     """What a decision may consult beyond the candidates: the table and the latency targets.
 
     Targets are in wall-clock seconds (already scaled for slowed-down simulated fleets).
+    `reservation` is the fleet's current one (`FleetState.reservation`); None where the caller
+    keeps none, and then the candidates' stats are read for it.
     """
 
     table: RoutingTable
     target_ttft_s: float
     target_tpot_s: float
     now_s: float
+    reservation: Reservation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,19 @@ class RequestIndependentFilter(Filter, Protocol):
     """
 
     REQUEST_INDEPENDENT: ClassVar[bool]
+
+
+@runtime_checkable
+class PrimaryOnlyFilter(Filter, Protocol):
+    """Optional: a filter that narrows where the primary goes, not where fallbacks come from.
+
+    A preference rather than a condition of serving: when the preferred replicas fail before a
+    token (refused, 5xx) or a stream must move, any other candidate is better than none. The
+    profile picks the primary (and fallbacks, while they last) from what the filter left, then
+    the remaining fallbacks from what it was given. `PRIMARY_ONLY` says whether that is allowed.
+    """
+
+    PRIMARY_ONLY: ClassVar[bool]
 
 
 @runtime_checkable

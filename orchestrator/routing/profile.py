@@ -24,6 +24,7 @@ from orchestrator.routing.plugin import (
     Filter,
     Nominator,
     Picker,
+    PrimaryOnlyFilter,
     RequestIndependentFilter,
     RequestObserver,
     RoutingView,
@@ -78,6 +79,7 @@ class _DecisionState:
         "latest",
         "nominators",
         "observers",
+        "primary_only",
         "rng",
         "scoring",
         "whole_set",
@@ -92,7 +94,10 @@ class _DecisionState:
             plugin = step.plugin
             if not (isinstance(plugin, RequestIndependentFilter) and plugin.REQUEST_INDEPENDENT):
                 break
+            if _primary_only(plugin):
+                break
             self.cached_filters += 1
+        self.primary_only = tuple(_primary_only(step.plugin) for step in profile.filters)
         self.nominators = tuple(
             s.plugin for s in profile.scorers if isinstance(s.plugin, Nominator)
         )
@@ -192,28 +197,40 @@ class Profile:
     def decide(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
     ) -> Decision:
-        """Choose a primary and fallbacks, or raise `NoCandidateError`."""
-        eligible = self._eligible(ctx, view, candidates)
+        """Choose a primary and fallbacks, or raise `NoCandidateError`.
+
+        Fallbacks come from the same survivors, then, when a `PrimaryOnlyFilter` narrowed them
+        and they run out, from the survivors before it (ranked the same way)."""
+        eligible, wider = self._eligible(ctx, view, candidates)
         limit = 1 + self.spec.max_fallbacks
-        if self._state.whole_set:
-            ordered = self.spec.picker.pick(ctx, view, eligible, [0.0] * len(eligible), limit=limit)
-        else:
-            scored = (
-                eligible
-                if len(eligible) <= self.spec.sample_size
-                else self._sample(ctx, view, eligible)
-            )
-            scores = self._combined_scores(ctx, view, scored)
-            ordered = self.spec.picker.pick(ctx, view, scored, scores, limit=limit)
+        ordered = self._ordered(ctx, view, eligible, limit)
+        if wider is not None and len(ordered) < limit:
+            chosen = {id(c.replica) for c in ordered}
+            more = self._ordered(ctx, view, wider, limit + len(ordered))
+            ordered += [c for c in more if id(c.replica) not in chosen][: limit - len(ordered)]
         primary = ordered[0].replica
         for observer in self._state.observers:
             observer.on_routed(ctx, primary)
         fallbacks = tuple([c.replica for c in ordered[1:limit]])
         return Decision(primary=primary, fallbacks=fallbacks, profile=self.spec.name)
 
+    def _ordered(
+        self, ctx: RequestContext, view: RoutingView, eligible: Sequence[Candidate], limit: int
+    ) -> list[Candidate]:
+        """The picker's order over `eligible` (sampled and scored unless it wants the set)."""
+        if self._state.whole_set:
+            return self.spec.picker.pick(ctx, view, eligible, [0.0] * len(eligible), limit=limit)
+        scored = eligible
+        if len(eligible) > self.spec.sample_size:
+            scored = self._sample(ctx, view, eligible)
+        scores = self._combined_scores(ctx, view, scored)
+        return self.spec.picker.pick(ctx, view, scored, scores, limit=limit)
+
     def _eligible(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> Sequence[Candidate]:
+    ) -> tuple[Sequence[Candidate], Sequence[Candidate] | None]:
+        """The survivors, and those before the first primary-only filter that narrowed them
+        (None if none did), the later filters applied to both."""
         state = self._state
         key = (
             ctx.model,
@@ -230,13 +247,21 @@ class Profile:
         if entry.excluded_by is not None:
             raise self._nothing_left(ctx, candidates, entry.excluded_by)
         remaining: Sequence[Candidate] = entry.survivors
-        for step in self.spec.filters[state.cached_filters :]:
+        wider: Sequence[Candidate] | None = None
+        start = state.cached_filters
+        for index, step in enumerate(self.spec.filters[start:], start):
             narrowed = step.plugin.filter(ctx, view, remaining)
-            if narrowed or not step.soft:
-                remaining = narrowed
-            if not remaining:
+            if not narrowed and step.soft:
+                narrowed = remaining
+            if not narrowed:
                 raise self._nothing_left(ctx, candidates, step.plugin.name)
-        return remaining
+            if state.primary_only[index]:
+                if wider is None and narrowed is not remaining:
+                    wider = remaining
+            elif wider is not None:
+                wider = step.plugin.filter(ctx, view, wider) or (wider if step.soft else narrowed)
+            remaining = narrowed
+        return remaining, wider
 
     def _run_cached_filters(
         self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
@@ -313,6 +338,10 @@ class Profile:
             ErrorCode.UNAVAILABLE,
             f"no replica of `{ctx.model}` can take the request now ({filter_name} excluded all)",
         )
+
+
+def _primary_only(plugin: Filter) -> bool:
+    return isinstance(plugin, PrimaryOnlyFilter) and plugin.PRIMARY_ONLY
 
 
 def _same(a: tuple[Candidate, ...], b: tuple[Candidate, ...]) -> bool:

@@ -62,7 +62,8 @@ class FilterEntry(PluginEntry):
 
 
 class ScorerEntry(PluginEntry):
-    weight: Annotated[float, Field(gt=0.0)]
+    # finite: an infinite weight makes every combined score NaN (0·inf), so no score ranks
+    weight: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 
 
 class ProfileEntry(_Strict):

@@ -15,12 +15,25 @@ Pure: the router recomputes the choice when the tight class's in-flight count mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 RESERVE_MARGIN: Final = 1.0  # reserve this multiple of the tight class's requests in flight
 RESERVE_SLACK: Final = 1.0  # and this many sequences more: the next arrival must fit
 DEMAND_BAND: Final = 0.1  # recompute once the demand moved this share (or one request) away
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Reservation:
+    """The TPOT target replicas are held to now (inf: none). A new one each time the choice is
+    redone, so whoever narrows candidates by it may cache the result by its identity."""
+
+    tpot_s: float = math.inf
+
+
+NO_RESERVATION: Final = Reservation()
 
 
 def reserved_replicas(

@@ -8,7 +8,7 @@ is wrong by a wide margin either way: too large on a slow replica (whose tight b
 sequences), too small on a fast one. The estimator's step is also tokens over time, which counts
 a request's wait for its first token as decode time: with short answers that is a large share.
 
-So each finished request adds its own TPOT at the requests the replica ran when it finished
+So each request that finished well adds its own TPOT at the requests the replica ran when it ended
 (this router's in flight, itself included, plus other routers'), the unit the utilisation and
 the admission room count in. Points live in log-spaced buckets of that count, each an
 exponentially weighted mean. "The largest batch within T" is read from the top: the largest
@@ -29,18 +29,20 @@ from typing import Final
 BUCKETS_PER_DOUBLING: Final = 4  # batch buckets: 19% apart
 SMOOTHING: Final = 0.1  # weight of one request's TPOT in its bucket's mean
 STALE_AFTER: Final = 200  # a bucket not updated in this many requests is forgotten
+MAX_ANSWERS: Final = 64  # memoised answers kept (targets × slopes): the slope is re-fitted often
 
 
 class StepCurve:
     """Measured (requests in flight, TPOT s) points, one per bucket; pure bookkeeping."""
 
-    __slots__ = ("_answers", "_ordered", "_points", "_seen")
+    __slots__ = ("_answers", "_ordered", "_points", "_seen", "_slope")
 
     def __init__(self) -> None:
         # bucket -> [mean batch, mean TPOT s, requests seen when it was last updated]
         self._points: dict[int, list[float]] = {}
         self._ordered: list[list[float]] | None = None
-        self._answers: dict[tuple[float, float], float] = {}
+        self._answers: dict[float, float] = {}  # by TPOT target, at `_slope`
+        self._slope = math.nan  # the slope the answers were extrapolated along
         self._seen = 0
 
     def observe(self, batch: float, tpot_s: float) -> None:
@@ -70,8 +72,13 @@ class StepCurve:
     def batch_within(self, tpot_s: float, per_sequence_s: float) -> float | None:
         """The largest batch whose mean TPOT stays within `tpot_s` (see the module docstring);
         `per_sequence_s` is the slope to extrapolate along; None before any measurement.
-        Memoised until the next measurement."""
-        answer = self._answers.get((tpot_s, per_sequence_s))
+        Memoised until the next measurement or another slope (the estimator re-fits it at
+        every scrape, so answers at old slopes would pile up)."""
+        answers = self._answers
+        if per_sequence_s != self._slope or len(answers) >= MAX_ANSWERS:
+            answers.clear()
+            self._slope = per_sequence_s
+        answer = answers.get(tpot_s)
         if answer is not None:
             return answer
         if not self._points:
@@ -80,7 +87,7 @@ class StepCurve:
         if ordered is None:
             ordered = self._ordered = [self._points[key] for key in sorted(self._points)]
         answer = _within(ordered, tpot_s, per_sequence_s)
-        self._answers[(tpot_s, per_sequence_s)] = answer
+        answers[tpot_s] = answer
         return answer
 
 

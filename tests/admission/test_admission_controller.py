@@ -327,3 +327,57 @@ def test_fleet_room_is_not_enough_a_request_waits_until_a_replica_would_run_it_i
         assert gate.active() == 2
 
     run(scenario())
+
+
+def test_batch_admitted_since_the_room_was_read_leaves_the_tight_class_its_reserved_free_room() -> (
+    None
+):
+    """Batch requests go to the replicas not held for the tight class: admitting them in the
+    same 50 ms does not use up the free room counted on the reserved ones."""
+
+    async def scenario() -> None:
+        room = Room(10, reserved=10, free=2, batch_capacity=100)
+        gate = controller(room, queue_timeout_s=5.0)
+        await gate.admit(MODEL, BATCH)
+        await gate.admit(MODEL, BATCH)
+        await gate.admit(MODEL, INTERACTIVE)
+        await gate.admit(MODEL, INTERACTIVE)
+        with pytest.raises(Refused):  # the tight class's own admissions do use it up
+            await gate.admit(MODEL, INTERACTIVE)
+        assert gate.active() == 4
+
+    run(scenario())
+
+
+def test_a_release_gives_its_free_slot_back_before_the_room_is_read_again() -> None:
+    async def scenario() -> None:
+        room = Room(10, free=1)
+        gate = controller(room, queue_timeout_s=5.0)
+        first = await gate.admit(MODEL, INTERACTIVE)
+        first.release()  # within the room's 50 ms: its slot counts as free again at once
+        await asyncio.wait_for(gate.admit(MODEL, INTERACTIVE), CAPACITY_TTL_S / 2)
+        assert gate.active() == 1
+
+    run(scenario())
+
+
+def test_a_request_no_replica_has_room_for_is_refused_at_once_when_the_running_few_end_late() -> (
+    None
+):
+    """The fleet holds 100 but no replica has free room: the queue drains only as the one
+    request running ends, so a wait of its whole hold time is predicted, not a hundredth."""
+
+    async def scenario() -> None:
+        room = Room(100, free=1)
+        gate = controller(room, queue_timeout_s=0.2)
+        held = await gate.admit(MODEL, INTERACTIVE)
+        await asyncio.sleep(0.15)
+        held.release()  # slots are held 0.15 s
+        await gate.admit(MODEL, INTERACTIVE)  # it takes the free room
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            await gate.admit(MODEL, INTERACTIVE)
+        assert refused.value.reason == "refused_wait"  # at once, not after the whole timeout
+        assert time.monotonic() - started < 0.1
+
+    run(scenario())

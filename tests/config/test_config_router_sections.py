@@ -109,6 +109,8 @@ def test_bad_values_are_refused_naming_the_field(section: str, field: str) -> No
         ("--max-body-bytes", "0"),
         ("--request-deadline", "-5"),
         ("--grpc-grace", "0"),
+        ("--grpc-idle", "3e6"),  # gRPC takes it as a C int of milliseconds
+        ("--grpc-max-message-bytes", str(2**31)),
     ],
 )
 def test_a_bad_flag_names_the_flag_and_the_value(

@@ -3,6 +3,7 @@ and the router never forwards it or shows a traceback."""
 
 from __future__ import annotations
 
+import gc
 import http.client
 import json
 import urllib.request
@@ -22,6 +23,7 @@ from router_harness import (
 
 from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.frontends.http.messages import Request
 
 LIMIT = 64 * 1024
 KEY = "sk-router-test-0123456789"
@@ -244,3 +246,29 @@ def test_ready_turns_503_once_health_checks_take_the_only_replica_out() -> None:
 
     assert error["type"] == "ServiceUnavailableError"
     assert health == 200
+
+
+def test_a_refused_request_is_freed_by_reference_count_not_left_for_the_cyclic_collector(
+    guarded: tuple[RouterThread, list],
+) -> None:
+    """The router worker runs a lazy young collection (few collections, since the request path
+    makes no cycles): an error answer that tied the exception to the frames holding the parsed
+    body would keep every refused request's body alive until a collection, in a 4xx storm."""
+    router, _ = guarded
+    marker = "no-such-model-5f1c"
+    body = json.dumps({"model": marker, "prompt": "hi", "max_tokens": 2}).encode()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            status, answer = request(router, "POST", TEXT, body)
+            assert_openai_error(status, answer, 404)
+        # the server may still be finishing the last answer's bookkeeping when the client has it
+        freed = wait_until(lambda: not held_requests(marker.encode()), timeout_s=3.0)
+    finally:
+        gc.enable()
+    assert freed, "refused requests are held by reference cycles"
+
+
+def held_requests(marker: bytes) -> list[Request]:
+    return [o for o in gc.get_objects() if isinstance(o, Request) and marker in o.body]

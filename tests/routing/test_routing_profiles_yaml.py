@@ -128,6 +128,8 @@ def test_every_registered_type_builds_with_default_params() -> None:
         (GOOD.replace("RoutingProfiles", "Profiles"), "kind"),
         (GOOD + GOOD.split("profiles:\n")[1], "duplicate profile names: mine"),
         (HEADER + "profiles: []\n", "profiles"),
+        (GOOD.replace("weight: 2.0}", "weight: .inf}"), "scorers[0].weight"),
+        (GOOD.replace("weight: 2.0}", "weight: .nan}"), "scorers[0].weight"),
         ("profiles: [\n", "not YAML"),
         (
             GOOD.replace("weight: 2.0}", "weight: 2.0, weight: 0.1}"),

@@ -4,13 +4,17 @@ the rest of the fleet, and nothing is reserved while only one target is in fligh
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import pytest
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
+from orchestrator.core.records import ReplicaState
 from orchestrator.routing.fleet_state import FleetState
-from orchestrator.routing.plugin import RoutingView
+from orchestrator.routing.plugin import Candidate, RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
+from orchestrator.routing.profiles import builtin_profiles
 from orchestrator.routing.reservation import demand_moved, reserved_replicas
 from orchestrator.routing.signals import utilisations
 
@@ -116,3 +120,120 @@ def test_a_finished_request_records_its_tpot_at_the_batch_it_ran_in() -> None:
     assert stats is not None
     # (9 + 5) / 2 = 7 requests at 12 ms: within 13 ms, 1 ms more at 1 ms a sequence: 8
     assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(8.0)
+
+
+def test_a_decision_while_reserved_goes_to_a_reserved_replica_with_the_others_as_fallbacks() -> (
+    None
+):
+    """The reservation narrows the primary only: a reserved replica that fails before a token,
+    or dies mid-stream, still leaves the request somewhere to go."""
+    replicas = [
+        replica("fast-0", Generation.MI355X),
+        replica("fast-1", Generation.MI355X),
+        replica("slow", Generation.MI300X),
+    ]
+    routing_table = table(replicas)
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = fleet.candidates(routing_table)
+    fleet.started(replicas[0], TIGHT)
+    fleet.started(replicas[2], LOOSE)
+    held = {c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT}
+    assert len(held) == 1
+    capacity = builtin_profiles()["capacity"]
+    base = view(routing_table)
+    tight = RoutingView(base.table, base.target_ttft_s, TIGHT, base.now_s)
+    decision = capacity.decide(request(), tight, candidates)
+    assert decision.primary.replica_id in held
+    fallbacks = [r.replica_id for r in decision.fallbacks]
+    assert sorted(fallbacks) == sorted({"fast-0", "fast-1", "slow"} - held)
+
+
+def test_only_a_stream_that_ended_well_adds_its_tpot_to_the_step_curve() -> None:
+    """A stream cut by the stall timeout after a few tokens, a replica that failed or a client
+    that left: their time per token is not the batch's step."""
+    fast = replica("fast", Generation.MI355X)
+    fleet = FleetState()
+    fleet.sync(table([fast]))
+    stats = fleet.stats("fast")
+    assert stats is not None
+    for _ in range(3):
+        fleet.started(fast, TIGHT)
+        fleet.finished(fast, ok=False, output_tokens=5, tpot_s=7.5, target_tpot_s=TIGHT)
+    assert stats.step_curve.batch_within(0.013, 0.001) is None
+    fleet.started(fast, TIGHT)
+    fleet.finished(fast, ok=True, output_tokens=16, tpot_s=0.012, target_tpot_s=TIGHT)
+    assert stats.step_curve.batch_within(0.013, 0.001) == pytest.approx(2.0)
+
+
+class _CountedWalks(tuple[Candidate, ...]):
+    """Candidates that count how often a filter walks them."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[Candidate]:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_with_the_fleets_reservation_in_the_view_the_filter_walks_the_candidates_once() -> None:
+    """A decision while a reservation holds costs O(1), not a walk over the fleet: the result
+    is kept per candidate list and reservation, and redone when the reservation is."""
+    replicas = [replica(f"fast-{i}", Generation.MI355X) for i in range(4)]
+    routing_table = table(replicas)
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    candidates = _CountedWalks(fleet.candidates(routing_table))
+    only = SloReservedFilter()
+    base = view(routing_table)
+
+    def narrowed(target_tpot_s: float) -> Sequence[Candidate]:
+        at = RoutingView(
+            base.table, base.target_ttft_s, target_tpot_s, base.now_s, fleet.reservation
+        )
+        return only.filter(request(), at, candidates)
+
+    def seen(target_tpot_s: float) -> list[str]:
+        return [c.replica.replica_id for c in narrowed(target_tpot_s)]
+
+    fleet.started(replicas[0], TIGHT)
+    fleet.started(replicas[1], LOOSE)
+    held = [c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT]
+    _CountedWalks.walks = 0
+    for _ in range(100):
+        assert seen(TIGHT) == held
+        assert narrowed(LOOSE) is candidates  # nothing is reserved for the loose target
+    assert _CountedWalks.walks <= 2
+    for _ in range(3):  # the tight class's demand grows: the choice is redone, and seen
+        fleet.started(replicas[0], TIGHT)
+    assert seen(TIGHT) == [
+        c.replica.replica_id for c in candidates if c.stats.reserved_tpot_s == TIGHT
+    ]
+
+
+def test_a_reserved_replica_whose_circuit_opens_is_replaced_and_a_draining_one_never_chosen() -> (
+    None
+):
+    fast_0, fast_1, slow = (
+        replica("fast-0", Generation.MI355X),
+        replica("fast-1", Generation.MI355X),
+        replica("slow", Generation.MI300X),
+    )
+    fleet = FleetState()
+    fleet.sync(table([fast_0, fast_1, slow]))
+
+    def held() -> list[str]:
+        every = (fleet.stats(r.replica_id) for r in (fast_0, fast_1, slow))
+        ids = ("fast-0", "fast-1", "slow")
+        return [i for i, s in zip(ids, every, strict=True) if s and s.reserved_tpot_s == TIGHT]
+
+    fleet.started(fast_0, TIGHT)
+    fleet.started(slow, LOOSE)
+    assert held() == ["fast-0"]
+    fleet.circuit_changed("fast-0", True)  # it fails: the tight class needs another now
+    assert held() == ["fast-1"]
+    fleet.circuit_changed("fast-0", False)
+    assert held() == ["fast-1"]  # held ones stay held
+    draining = replica("fast-1", Generation.MI355X, state=ReplicaState.DRAINING)
+    fleet.sync(table([fast_0, draining, slow], version=2))
+    assert held() == ["fast-0"]

@@ -11,7 +11,7 @@ from orchestrator.core.records import ReplicaLoad
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.signals import utilisations
 from orchestrator.routing.stats import SLO_HEADROOM, ReplicaStats
-from orchestrator.routing.step_curve import STALE_AFTER, StepCurve
+from orchestrator.routing.step_curve import MAX_ANSWERS, STALE_AFTER, StepCurve
 
 
 def stats(fixed_s: float, per_sequence_s: float) -> ReplicaStats:
@@ -144,6 +144,21 @@ def test_a_bucket_no_request_revisits_is_forgotten_so_the_batch_can_grow_past_it
     steady(curve, 100, 0.012, STALE_AFTER * 2)
     # held below 200 since: the batch now extrapolates past it from 100 (along the slope given)
     assert curve.batch_within(0.014, 1e-4) == pytest.approx(100 + 0.002 / 1e-4, rel=0.01)
+
+
+def test_answers_at_slopes_the_estimator_refits_every_scrape_do_not_pile_up() -> None:
+    """The memo is per slope: thousands of re-fitted slopes keep it small, and each answer
+    extrapolates along the slope it was asked with."""
+    curve = StepCurve()
+    steady(curve, 100, 0.012)
+    for index in range(5_000):
+        slope = 1e-4 * (1.0 + index * 1e-4)
+        assert curve.batch_within(0.014, slope) == pytest.approx(100 + 0.002 / slope)
+        assert curve.batch_within(0.020, slope) == pytest.approx(100 + 0.008 / slope)
+    assert len(curve._answers) <= MAX_ANSWERS
+    for index in range(5_000):  # many targets at one slope: bounded too
+        curve.batch_within(0.013 + index * 1e-6, 1e-4)
+    assert len(curve._answers) <= MAX_ANSWERS
 
 
 def test_the_measured_curve_holds_a_slow_replica_to_the_small_batch_it_meets_a_tight_one_at() -> (

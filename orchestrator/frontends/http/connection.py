@@ -298,6 +298,9 @@ class HttpConnection(asyncio.Protocol):
                     answer = error_answer(error)
                     status = answer.status
                     self._write_whole(answer, pending.keep_alive, pending.http10)
+                # `error` is often `raised` itself, whose traceback holds this frame: kept, it
+                # would tie the request's body to a cycle only a collection frees.
+                del error
         except asyncio.CancelledError:
             if count is not None:
                 count(CLIENT_CLOSED)

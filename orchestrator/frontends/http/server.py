@@ -262,9 +262,10 @@ def run_worker(
         # for whichever request it lands on).
         gc.freeze()
         # The requests in flight are a steady crowd of young objects that die by reference
-        # count (the request path makes no cycles); at the default threshold (700) their
-        # coming and going set off a young collection every few dozen requests that walks the
-        # crowd and frees nothing, 5-10% of a busy worker's CPU. Cycles are still collected.
+        # count (the request path makes no cycles; a test holds error answers to that too); at
+        # the default threshold (700) their coming and going set off a young collection every
+        # few dozen requests that walks the crowd and frees nothing, 5-10% of a busy worker's
+        # CPU. Cycles are still collected.
         gc.set_threshold(GC_YOUNG_THRESHOLD)
         if announce_port is not None:
             announce_port(port)

@@ -1,0 +1,48 @@
+"""The router's room for admission, read off its live fleet: the per-replica room that decides
+whether a request fits is stretched by the capacity factor as the fleet-wide limit is."""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.core.generations import Generation
+from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
+from orchestrator.core.slo import INTERACTIVE
+from orchestrator.router_service import RouterService, RouterSettings, profile_named
+from orchestrator.table.snapshot import RoutingTable
+from orchestrator.table.source import TableHolder
+
+MODEL = "m"
+
+
+def _service(capacity_factor: float) -> tuple[RouterService, Replica]:
+    replica = Replica(
+        replica_id="r", url="http://127.0.0.1:9", model=MODEL, pool="kr-mi355x", site="kr",
+        generation=Generation.MI355X, engine=EngineKind.SIM, capacity_prior_tokens_per_s=500.0,
+        state=ReplicaState.READY,
+    )  # fmt: skip
+    table = RoutingTable(version=1, replicas=(replica,), sites={"kr": Site("kr", {})})
+    settings = RouterSettings(admission=AdmissionSettings(capacity_factor=capacity_factor))
+    service = RouterService(
+        TableHolder(table), profile_named("capacity"), settings=settings, scrape_replicas=False
+    )
+    return service, replica
+
+
+def test_the_capacity_factor_stretches_each_replicas_free_room_too() -> None:
+    plain, replica = _service(1.0)
+    room = plain.room_of(MODEL, INTERACTIVE)
+    assert room is not None and math.isfinite(room.free)
+    sequences = room.capacity  # one replica, nothing running: its whole room is free
+    assert room.free == math.floor(sequences)
+    for _ in range(math.floor(sequences)):  # full at the factor 1: no request fits
+        plain.fleet.started(replica, plain.slo.target(MODEL, INTERACTIVE).tpot_s)
+    full = plain.room_of(MODEL, INTERACTIVE)
+    assert full is not None and full.free == 0
+    doubled, replica = _service(2.0)
+    for _ in range(math.floor(sequences)):  # the same load leaves room at twice the capacity
+        doubled.fleet.started(replica, doubled.slo.target(MODEL, INTERACTIVE).tpot_s)
+    stretched = doubled.room_of(MODEL, INTERACTIVE)
+    assert stretched is not None
+    assert stretched.free == math.floor(2 * sequences) - math.floor(sequences)
