@@ -85,7 +85,7 @@ def control_plane(urls: Sequence[str], namespace: str) -> Iterator[tuple[int, di
     """Registry, one checker actor per pool and the gRPC server; yields its port and the pids."""
     import ray
 
-    from orchestrator.controlplane.checker_actor import ExternalCheckerActor
+    from orchestrator.controlplane.checker_actor import CheckerShare, ExternalCheckerActor
     from orchestrator.controlplane.grpc_service import start_control_plane_server
     from orchestrator.controlplane.registry import start_registry
 
@@ -94,7 +94,7 @@ def control_plane(urls: Sequence[str], namespace: str) -> Iterator[tuple[int, di
     pids = {"registry": ray.get(registry.__ray_call__.remote(lambda _: os.getpid()))}
     checkers = []
     for index, pool in enumerate(config.pools):
-        share = config.model_copy(update={"pools": (pool,)})
+        share = CheckerShare.whole(config.model_copy(update={"pools": (pool,)}))
         checker = ExternalCheckerActor.remote(share, registry)
         pids[f"scraper-{index}"] = ray.get(checker.start.remote())
         checkers.append(checker)

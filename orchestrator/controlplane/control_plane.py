@@ -21,6 +21,7 @@ from orchestrator.controlplane.checker_actor import (
     ENDPOINTS_PER_CHECKER,
     ExternalCheckerActor,
     checker_shares,
+    start_checkers,
 )
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
 from orchestrator.controlplane.grpc_service import start_control_plane_server
@@ -130,11 +131,8 @@ class ControlPlane:
         checking_registered = asyncio.create_task(registered.run())
         try:
             while True:
-                for checker in self._checkers:
-                    try:
-                        await checker.start.remote()
-                    except Exception as exc:  # restarting: told again next time
-                        log.warning("external checker actor not started: %s", exc)
+                starts = [checker.start.remote() for checker in self._checkers]
+                await start_checkers(starts, _CHECKERS_KEPT_S)
                 await asyncio.sleep(_CHECKERS_KEPT_S)
         finally:
             checking_registered.cancel()

@@ -44,6 +44,9 @@ _CHECK_TIMEOUT_S: Final = 2.0
 # tenth of a second at most, against a tenth of a second more age.
 REPORT_EVERY_S: Final = 0.1
 
+# A passed check: the replica, its load (None: unreadable, and why), time.monotonic() at the read.
+_Beat = tuple[ReplicaRegistration, ReplicaLoad | None, str, float]
+
 
 def external_registrations(config: OrchestratorConfig) -> list[ReplicaRegistration]:
     """One registration per endpoint of each external pool; ids are `<pool>-<index>`."""
@@ -85,7 +88,7 @@ class ExternalReplicaChecker:
     `replica_tls` None takes config's `controlPlane.replicaTls`. `include_registered=False`
     checks only the configured endpoints: a checker over a share of the pools (`checker_actor`)
     leaves those registered over gRPC to the control plane's own, which is then
-    `include_configured=False`."""
+    `include_configured=False`; `only` (replica ids) keeps that share's configured endpoints."""
 
     def __init__(
         self,
@@ -96,10 +99,13 @@ class ExternalReplicaChecker:
         replica_tls: TlsFiles | None = None,
         include_registered: bool = True,
         include_configured: bool = True,
+        only: frozenset[str] | None = None,
     ) -> None:
         self._include_registered = include_registered
         self._replica_tls = replica_tls or replica_tls_files(config.control_plane.replica_tls)
-        configured = external_registrations(config)
+        configured = [
+            r for r in external_registrations(config) if only is None or r.replica_id in only
+        ]
         self._configured = configured if include_configured else []
         self._configured_ids = frozenset(r.replica_id for r in configured)
         self._registry = registry
@@ -166,21 +172,21 @@ class ExternalReplicaChecker:
 
     async def _check(
         self, session: aiohttp.ClientSession, registration: ReplicaRegistration
-    ) -> tuple[ReplicaRegistration, ReplicaLoad | None, str] | None:
+    ) -> _Beat | None:
         """The heartbeat a passed check makes; `None` when the replica failed it."""
         try:
-            load, problem = await _probe(
+            load, problem, read_at_s = await _probe(
                 session, registration.url, adapter_for(registration.engine)
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
             return None
-        return registration, load, problem
+        return registration, load, problem, read_at_s
 
     async def _report(
         self,
         session: aiohttp.ClientSession,
-        beats: list[tuple[ReplicaRegistration, ReplicaLoad | None, str]],
+        beats: list[_Beat],
     ) -> None:
         """One registry call for the whole round (one per replica would cost the registry a Ray
         call each); configured replicas it does not know are registered, with the version their
@@ -190,11 +196,11 @@ class ExternalReplicaChecker:
         try:
             replies = await self._registry.heartbeat_many.remote(
                 [
-                    (registration.replica_id, load, problem, read_age_s(load))
-                    for registration, load, problem in beats
+                    (registration.replica_id, load, problem, read_age_s(load, read_at_s))
+                    for registration, load, problem, read_at_s in beats
                 ]
             )
-            for (registration, _, _), reply in zip(beats, replies, strict=True):
+            for (registration, *_), reply in zip(beats, replies, strict=True):
                 if not reply.known and registration.replica_id in self._configured_ids:
                     version = await read_engine_version(
                         session, registration.url, adapter_for(registration.engine)
@@ -208,14 +214,16 @@ class ExternalReplicaChecker:
 
 async def _probe(
     session: aiohttp.ClientSession, url: str, adapter: EngineAdapter
-) -> tuple[ReplicaLoad | None, str]:
+) -> tuple[ReplicaLoad | None, str, float]:
     """Raises unless `/health` answers 200; then the load, or `None` and why `/metrics` could not
-    be read (the load is unknown then, never idle)."""
+    be read (the load is unknown then, never idle), and `time.monotonic()` when it was read."""
     async with session.get(url + adapter.health_path) as health:
         health.raise_for_status()
     try:
         async with session.get(url + "/metrics") as metrics:
             metrics.raise_for_status()
-            return adapter.parse_load(await read_page(metrics), time.time()), ""
+            page = await read_page(metrics)
+            read_at_s = time.monotonic()
+            return adapter.parse_load(page, time.time()), "", read_at_s
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        return None, f"/metrics: {exc or type(exc).__name__}"
+        return None, f"/metrics: {exc or type(exc).__name__}", time.monotonic()

@@ -31,7 +31,8 @@ async def read_page(response: aiohttp.ClientResponse, limit: int = MAX_PAGE_BYTE
     return b"".join(pieces).decode("utf-8", errors="replace")
 
 
-def read_age_s(load: ReplicaLoad | None) -> float:
-    """How long ago this process read `load` (0 for none), on the clock that stamped it: sent
-    with each heartbeat, so the registry dates the load from its scrape."""
-    return 0.0 if load is None else max(0.0, time.time() - load.observed_at_s)
+def read_age_s(load: ReplicaLoad | None, read_at_s: float) -> float:
+    """How long ago this process read `load` (0 for none), `read_at_s` being `time.monotonic()`
+    then: sent with each heartbeat, so the registry dates the load from its scrape. Monotonic, so
+    a wall-clock step between the read and the send (NTP) neither ages the load nor freshens it."""
+    return 0.0 if load is None else max(0.0, time.monotonic() - read_at_s)

@@ -163,13 +163,16 @@ class ReplicaActor:
     async def _heartbeat(self) -> None:
         load: ReplicaLoad | None = None
         problem = ""
+        read_at_s = time.monotonic()
         try:
-            load = self._adapter.parse_load(await self._scrape(), time.time())
+            page = await self._scrape()
+            read_at_s = time.monotonic()
+            load = self._adapter.parse_load(page, time.time())
         except ValueError as exc:
             problem = str(exc)
         reply = await asyncio.wait_for(
             self._registry.heartbeat.remote(
-                self._registration.replica_id, load, problem, read_age_s(load)
+                self._registration.replica_id, load, problem, read_age_s(load, read_at_s)
             ),
             self._heartbeat_s * 5,
         )

@@ -114,6 +114,7 @@ class Ledger:
             tpot_s=tpot_s,
             target_tpot_s=attempt.target.tpot_s,
             running_at_first_token=attempt.running_at_first_token,
+            started_s=attempt.started_s,
         )
         attempt.series.in_flight.dec()
         if replica_failed:

@@ -45,7 +45,7 @@ class FleetState:
         self._history_s = history_s
         self._history: dict[str, InFlightHistory] = {}
         self._others = OthersEstimate(history_s) if clock is not None else None
-        self._finished_total = 0  # every replica's, for `_others`
+        self._ready_models: dict[str, str] = {}  # ready replicas' model by id, for `_others`
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
@@ -56,6 +56,9 @@ class FleetState:
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
         live = {r.replica_id for r in table.replicas}
+        self._ready_models = {
+            r.replica_id: r.model for r in table.replicas if r.state is ReplicaState.READY
+        }
         self._not_ready = {
             r.replica_id for r in table.replicas if r.state is not ReplicaState.READY
         }
@@ -153,11 +156,12 @@ class FleetState:
         tpot_s: float | None,
         target_tpot_s: float = MLPERF_TPOT_S,
         running_at_first_token: int | None = None,
+        started_s: float = -math.inf,
     ) -> None:
+        """`started_s` (router clock): when the request was sent; -inf, before any report."""
         self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
-        self._finished_total += 1
-        if self._others is not None:
-            self._others.finished(self._finished_total, self._stats)
+        if self._others is not None and self._clock is not None:
+            self._others.finished(self._clock(), started_s, self._stats)
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
@@ -204,6 +208,8 @@ class FleetState:
             stats.load = None
             stats.load_known_until_s = -math.inf
             stats.load_problem = problem
+            if self._others is not None:
+                self._others.forget(replica_id)
             return stats
         stats.load = load
         stats.others = max(0, load.running + load.waiting - self._own_at(replica_id, load, stats))
@@ -218,7 +224,7 @@ class FleetState:
         (`routing/others_estimate.py`; with a clock only)."""
         if self._others is not None:
             in_flight = sum(self._in_flight_by_tpot.values())
-            self._others.rebase(now_s, self._finished_total, in_flight, self._stats)
+            self._others.rebase(now_s, in_flight, self._stats, self._ready_models)
 
     def _log(self, replica_id: str, in_flight: int) -> None:
         if self._clock is None:

@@ -6,18 +6,28 @@ next report. Counting them where they were makes every router move its next requ
 the same busy replicas at once, so those turn idle and the idle ones busy: with four routers the
 imbalance grows at each round of requests instead of shrinking. This router sees its own requests
 finish; the same share of the others' is taken to have finished since the scrapes and to have
-been sent on evenly. So each replica's others is moved from its reported figure toward the
-reported mean by `f`: the share of this router's requests in flight at the scrapes (their mean
-time) that have finished since. A router alone, whose reports show no others, is unaffected.
+been sent on by capacity. So each replica's others is moved from its reported figure toward its
+capacity's share of its model's others by `f`, the share of this router's requests in flight at
+the scrapes (their mean time) that have finished since (only those: a request sent after the
+scrapes, or one that failed at once, says nothing of how far the others have turned over):
 
-Updated in O(replicas) when reports arrive, and in O(replicas a whole request off the mean) each
-time `f` has moved by a quarter, until it reaches 1: a request finishing is O(1) almost always.
+    others_i = kept * reported_i + (1 - kept) * C_i * sum(others) / sum(C),    kept = 1 - f,
+
+the sums over the ready replicas of the same model (a request for one model never moves to
+another's replicas, and one that is not ready takes none) whose load is known: a stale or
+unreadable load is unknown, so it neither counts in the sums nor is moved once it has gone stale.
+A router alone, whose reports show no others, is unaffected.
+
+Updated in O(replicas + requests finished since the scrapes) when reports arrive, and in
+O(replicas a whole request off their share) each time `f` has moved by a quarter, until it
+reaches 1: a request finishing is O(1) almost always.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Mapping
 
 from orchestrator.routing.stats import ReplicaStats
@@ -30,12 +40,13 @@ class OthersEstimate:
 
     __slots__ = (
         "_deviations",
-        "_finished_ref",
+        "_done",
+        "_finishes",
         "_in_flight_ref",
         "_kept",
-        "_mean",
         "_refreshed_at",
         "_reported",
+        "_scraped_s",
         "_totals",
         "_window_s",
     )
@@ -43,10 +54,12 @@ class OthersEstimate:
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
         self._reported: dict[str, tuple[int, float]] = {}  # id: (others, scraped at)
-        self._totals: list[tuple[float, int, int]] = []  # (time, finished, in flight), oldest first
-        self._mean = 0.0
-        self._deviations: dict[str, float] = {}  # replicas off the mean: reported - mean
-        self._finished_ref = 0
+        self._totals: list[tuple[float, int]] = []  # (time, in flight), oldest first
+        self._finishes: deque[tuple[float, float]] = deque()  # (finished at, started at)
+        # replicas off their share: (share, reported - share)
+        self._deviations: dict[str, tuple[float, float]] = {}
+        self._scraped_s = -math.inf  # the reports' mean scrape time
+        self._done = 0  # of ours in flight then, finished since
         self._in_flight_ref = 0
         self._refreshed_at = 0
         self._kept = 1.0  # the share of the reported skew applied last
@@ -59,46 +72,86 @@ class OthersEstimate:
         self._deviations.pop(replica_id, None)
 
     def rebase(
-        self, now_s: float, finished: int, in_flight: int, stats: Mapping[str, ReplicaStats]
+        self,
+        now_s: float,
+        in_flight: int,
+        stats: Mapping[str, ReplicaStats],
+        ready_models: Mapping[str, str],
     ) -> None:
-        """After a batch of reports: the mean, who is off it, and the totals at the scrapes."""
+        """After a batch of reports: each ready replica's share, who is off it, and the totals at
+        the scrapes. `ready_models`: the model of each ready replica, by id."""
         totals = self._totals
-        totals.append((now_s, finished, in_flight))
-        keep_from = bisect_right(totals, (now_s - self._window_s, math.inf, 0))
+        totals.append((now_s, in_flight))
+        keep_from = bisect_right(totals, (now_s - self._window_s, math.inf))
         if keep_from > 1:
             del totals[: keep_from - 1]
-        reported = self._reported
-        if not reported:
+        by_model: dict[str, list[tuple[str, int, float]]] = {}
+        scraped = []
+        for replica_id, (others, at_s) in list(self._reported.items()):
+            replica = stats.get(replica_id)
+            if at_s < now_s - self._window_s or replica is None:
+                del self._reported[replica_id]  # read too long ago to set against our totals
+                continue
+            model = ready_models.get(replica_id)
+            if model is None or replica.load is None or not replica.load_known(now_s):
+                continue
+            by_model.setdefault(model, []).append(
+                (replica_id, others, replica.capacity_tokens_per_s)
+            )
+            scraped.append(at_s)
+        self._deviations = {}
+        if not scraped:
             return
-        count = len(reported)
-        self._mean = sum(others for others, _ in reported.values()) / count
-        self._deviations = {
-            rid: others - self._mean
-            for rid, (others, _) in reported.items()
-            if abs(others - self._mean) >= 1.0  # a whole request off: a rounding is no skew
-        }
-        scraped_s = sum(at for _, at in reported.values()) / count
-        index = bisect_right(totals, (scraped_s, math.inf, 0)) - 1
-        _, self._finished_ref, self._in_flight_ref = totals[max(0, index)]
-        self._apply(finished, stats)
+        for members in by_model.values():
+            total_others = sum(others for _, others, _ in members)
+            total_capacity = sum(capacity for _, _, capacity in members)
+            for replica_id, others, capacity in members:
+                if total_capacity > 0:
+                    share = capacity * total_others / total_capacity
+                else:
+                    share = total_others / len(members)
+                if abs(others - share) >= 1.0:  # a whole request off: a rounding is no skew
+                    self._deviations[replica_id] = (share, others - share)
+        scraped_s = self._scraped_s = sum(scraped) / len(scraped)
+        index = bisect_right(totals, (scraped_s, math.inf)) - 1
+        _, self._in_flight_ref = totals[max(0, index)]
+        done = 0
+        for end, start in reversed(self._finishes):  # newest first: only those since the scrapes
+            if end <= scraped_s:
+                break
+            done += start <= scraped_s
+        self._done = done
+        self._apply(now_s, stats)
 
-    def finished(self, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
-        """This router's finished total moved: apply `f` again once it has moved by a step."""
-        if self._kept > 0.0 and self._deviations and finished - self._refreshed_at >= self._step():
-            self._apply(finished, stats)
+    def finished(self, now_s: float, started_s: float, stats: Mapping[str, ReplicaStats]) -> None:
+        """One of this router's requests, sent at `started_s`, finished at `now_s`: apply `f`
+        again once those in flight at the scrapes have turned over by another step."""
+        finishes = self._finishes
+        finishes.append((now_s, started_s))
+        while finishes[0][0] < now_s - self._window_s:
+            finishes.popleft()
+        if started_s > self._scraped_s:
+            return
+        self._done += 1
+        if (
+            self._kept > 0.0
+            and self._deviations
+            and self._done - self._refreshed_at >= self._step()
+        ):
+            self._apply(now_s, stats)
 
     def _step(self) -> int:
         return max(1, self._in_flight_ref // F_STEPS)
 
-    def _apply(self, finished: int, stats: Mapping[str, ReplicaStats]) -> None:
-        self._refreshed_at = finished
+    def _apply(self, now_s: float, stats: Mapping[str, ReplicaStats]) -> None:
+        self._refreshed_at = done = self._done
         in_flight = self._in_flight_ref
-        done = finished - self._finished_ref
         # No request in flight at the scrapes: no sign of how fast requests turn over.
-        share = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
-        kept = self._kept = 1.0 - share
-        mean = self._mean
-        for replica_id, deviation in self._deviations.items():
+        turned = 0.0 if in_flight == 0 else min(1.0, max(0.0, done / in_flight))
+        kept = self._kept = 1.0 - turned
+        for replica_id, (share, deviation) in list(self._deviations.items()):
             replica = stats.get(replica_id)
-            if replica is not None:
-                replica.others = max(0, round(mean + kept * deviation))
+            if replica is None or not replica.load_known(now_s):
+                del self._deviations[replica_id]  # stale since: unknown, left as it was
+                continue
+            replica.others = max(0, round(share + kept * deviation))

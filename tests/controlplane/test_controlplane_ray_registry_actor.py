@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,10 +17,10 @@ import ray
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2 as pb
 from orchestrator._proto.orchestrator.controlplane.v1 import controlplane_pb2_grpc as pb_grpc
 from orchestrator.config import default_config
-from orchestrator.config.schema import OrchestratorConfig, PoolSpec
+from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.checker_actor import checker_shares
 from orchestrator.controlplane.control_plane import ControlPlane
-from orchestrator.controlplane.external_pools import ExternalReplicaChecker
+from orchestrator.controlplane.external_pools import ExternalReplicaChecker, external_registrations
 from orchestrator.controlplane.grpc_service import start_control_plane_server
 from orchestrator.controlplane.registry import start_registry
 from orchestrator.controlplane.registry_records import ReplicaRegistration
@@ -211,21 +212,54 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.1)
 
 
-def test_shares_of_checked_endpoints_are_whole_pools_and_none_for_a_small_fleet() -> None:
-    def external(name: str, endpoints: int) -> PoolSpec:
-        urls = tuple(f"http://10.0.0.{i}:8000" for i in range(endpoints))
-        return PoolSpec(
-            name=name, site="us", generation=Generation.MI300X, engine=EngineKind.EXTERNAL,
-            endpoints=urls,
-        )  # fmt: skip
+def external(name: str, endpoints: int) -> PoolSpec:
+    urls = tuple(f"http://10.0.{i // 250}.{i % 250}:8000" for i in range(endpoints))
+    return PoolSpec(
+        name=name, site="us", generation=Generation.MI300X, engine=EngineKind.EXTERNAL,
+        endpoints=urls,
+    )  # fmt: skip
 
+
+def test_shares_of_checked_endpoints_pack_small_pools_and_none_for_a_small_fleet() -> None:
     config = default_config().model_copy(
         update={"pools": (external("a", 40), external("b", 30), external("c", 100))}
     )
     shares = checker_shares(config, per_checker=64)
-    assert [[p.name for p in share.pools] for share in shares] == [["a"], ["b"], ["c"]]
+    assert [[p.name for p in share.config.pools] for share in shares] == [
+        ["a"],
+        ["b"],
+        ["c"],
+        ["c"],
+    ]
     assert checker_shares(config, per_checker=170) == []  # one process checks 170 pages
-    assert [[p.name for p in s.pools] for s in checker_shares(config, 80)] == [["a", "b"], ["c"]]
+    packed = [[p.name for p in s.config.pools] for s in checker_shares(config, 80)]
+    assert packed == [["a", "b"], ["c"], ["c"]]
+
+
+def test_one_large_external_pool_is_cut_into_shares_with_its_replica_ids_kept() -> None:
+    """One pool of 512 endpoints (a whole external cluster) is eight checkers' work, not one's;
+    each endpoint is checked by exactly one of them, under the id it has in the control plane."""
+    config = default_config().model_copy(update={"pools": (external("crusoe", 512),)})
+    shares = checker_shares(config, per_checker=64)
+    assert len(shares) == 8 and all(len(share.replica_ids) <= 64 for share in shares)
+    ids = [replica_id for share in shares for replica_id in share.replica_ids]
+    assert sorted(ids) == sorted(r.replica_id for r in external_registrations(config))
+    assert len(ids) == len(set(ids)) == 512
+
+
+def test_with_replica_tls_every_external_endpoint_is_checked_in_the_control_plane(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The replica TLS files are mounted in the control plane's pod alone: checker actors on other
+    nodes would fail every check, so there are none, and the log says why."""
+    tls = ClientTlsSpec(caFile="/etc/orchestrator/replica-tls/ca.crt")
+    config = default_config().model_copy(update={"pools": (external("crusoe", 512),)})
+    config = config.model_copy(
+        update={"control_plane": config.control_plane.model_copy(update={"replica_tls": tls})}
+    )
+    with caplog.at_level(logging.WARNING, logger="orchestrator.controlplane.checker_actor"):
+        assert checker_shares(config, per_checker=64) == []
+    assert "replicaTls" in caplog.text and "512" in caplog.text
 
 
 def test_past_its_share_of_endpoints_the_control_plane_checks_them_in_checker_actors(

@@ -8,7 +8,7 @@ import math
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import ReplicaLoad
+from orchestrator.core.records import Replica, ReplicaLoad, ReplicaState
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugins.filters.load_known import LoadKnownFilter
 from orchestrator.routing.profiles import builtin_profiles
@@ -147,3 +147,111 @@ def test_other_routers_load_moves_to_the_mean_as_this_routers_requests_turn_over
         fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
     others = {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
     assert others == {"a": 2, "b": 2, "c": 2, "d": 2}
+
+
+def _turned_over(replicas: list[Replica], others: dict[str, int]) -> dict[str, int]:
+    """One request of ours on each replica at a scrape that showed `others` beside it; every one of
+    ours has finished since: the others each replica reads then."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    fleet.sync(table(replicas))
+    for target in replicas:
+        fleet.started(target)
+    clock.now_s = 1.0
+    for target in replicas:
+        load = busy(1 + others[target.replica_id], at_s=1.0)
+        fleet.reported(target.replica_id, load, now_s=1.0)
+    fleet.reports_taken(1.0)
+    clock.now_s = 2.0
+    for target in replicas:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    return {r.replica_id: fleet.stats(r.replica_id).others_in_flight() for r in replicas}  # type: ignore[union-attr]
+
+
+def test_other_routers_load_moves_only_between_replicas_of_its_own_model() -> None:
+    """Model A's replicas each ran 10 of other routers' requests, model B's none: B's stay idle
+    (a request for A never moves to B), and A's keep theirs."""
+    replicas = [replica(f"a{i}", model="model-a") for i in range(4)]
+    replicas += [replica(f"b{i}", model="model-b") for i in range(4)]
+    others = {r.replica_id: 10 if r.model == "model-a" else 0 for r in replicas}
+    assert _turned_over(replicas, others) == others
+
+
+def test_other_routers_load_moves_toward_each_replicas_capacity_share() -> None:
+    """Others already in proportion to capacity (an MI355X runs about 4.6 times an MI300X) are
+    where the other routers would send them: nothing moves. Skewed the other way, they move to
+    the capacity shares."""
+    fast, slow = replica("fast", Generation.MI355X), replica("slow", Generation.MI300X)
+    assert _turned_over([fast, slow], {"fast": 16, "slow": 4}) == {"fast": 16, "slow": 4}
+    total = fast.capacity_prior_tokens_per_s + slow.capacity_prior_tokens_per_s
+    fast_share = round(20 * fast.capacity_prior_tokens_per_s / total)
+    moved = _turned_over([fast, slow], {"fast": 4, "slow": 16})
+    assert moved == {"fast": fast_share, "slow": 20 - fast_share}
+
+
+def test_other_routers_load_on_a_replica_that_is_not_ready_stays_its_own() -> None:
+    """A draining replica takes no new requests: its others neither spread nor draw any."""
+    replicas = [replica(f"r{i}") for i in range(3)]
+    replicas.append(replica("draining", state=ReplicaState.DRAINING))
+    others = {"r0": 9, "r1": 0, "r2": 0, "draining": 6}
+    assert _turned_over(replicas, others) == {"r0": 3, "r1": 3, "r2": 3, "draining": 6}
+
+
+def test_a_stale_or_unreadable_load_neither_counts_in_the_shares_nor_is_moved() -> None:
+    """Four replicas, other routers' 8 on `a`: `stale` (20 others, read long before) and `broken`
+    (its page now an adapter error) stay out of the shares, so the 8 spread over the four alone;
+    once the four go stale too, finishing requests moves nothing (unknown is not idle)."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    ids = ["a", "b", "c", "d", "stale", "broken"]
+    replicas = [replica(i) for i in ids]
+    fleet.sync(table(replicas))
+    for target in replicas:
+        fleet.started(target)
+    clock.now_s = 1.0
+    fleet.reported("stale", busy(21, at_s=0.2), now_s=1.0, stale_after_s=0.5)
+    fleet.reported("broken", busy(21, at_s=1.0), now_s=1.0)
+    fleet.reported("broken", None, now_s=1.0, problem="unreadable page")
+    for target in replicas[:4]:
+        running = 9 if target.replica_id == "a" else 1
+        fleet.reported(target.replica_id, busy(running, at_s=1.0), now_s=1.0, stale_after_s=2.0)
+    fleet.reports_taken(1.0)
+
+    def others() -> dict[str, int]:
+        return {i: fleet.stats(i).others_in_flight() for i in ids}  # type: ignore[union-attr]
+
+    for target in replicas[:3]:  # half of ours in flight at the scrape finish
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    assert others() == {"a": 5, "b": 1, "c": 1, "d": 1, "stale": 20, "broken": 20}
+    clock.now_s = 3.5  # the four's loads are stale now
+    for target in replicas[3:]:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None)
+    assert others() == {"a": 5, "b": 1, "c": 1, "d": 1, "stale": 20, "broken": 20}
+
+
+def test_only_requests_in_flight_at_the_scrape_count_as_turned_over_when_they_finish() -> None:
+    """Requests sent after the scrape that end at once (a refused connection, a quick 4xx) say
+    nothing of how far other routers' requests have moved on: the skew stays until the four that
+    were in flight at the scrape finish."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    replicas = [replica(i) for i in ("a", "b")]
+    fleet.sync(table(replicas))
+    for target in replicas * 2:
+        fleet.started(target)
+    clock.now_s = 1.0
+    fleet.reported("a", busy(2 + 8, at_s=1.0), now_s=1.0)
+    fleet.reported("b", busy(2, at_s=1.0), now_s=1.0)
+    fleet.reports_taken(1.0)
+
+    def others() -> tuple[int, int]:
+        return fleet.stats("a").others_in_flight(), fleet.stats("b").others_in_flight()  # type: ignore[union-attr]
+
+    clock.now_s = 1.5
+    for target in replicas * 4:
+        fleet.started(target)
+        fleet.finished(target, ok=False, output_tokens=0, tpot_s=None, started_s=1.5)
+    assert others() == (8, 0)
+    for target in replicas * 2:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None, started_s=0.0)
+    assert others() == (4, 4)

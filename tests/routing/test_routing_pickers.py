@@ -87,6 +87,16 @@ def test_round_robin_continues_after_the_last_replica_when_the_set_changes() -> 
     assert ids(picker.pick(request(), view(), named("a", "bb", "c"), [0.0] * 3))[0] == "bb"
 
 
+def test_round_robin_routers_reseeded_apart_start_their_cycles_at_different_replicas() -> None:
+    candidates = named("a", "b", "c", "d")
+    firsts = []
+    for salt in (1, 2, 7):
+        picker = RoundRobinPicker()
+        picker.reseed(salt)
+        firsts.append([ids(picker.pick(request(), view(), candidates, [0.0] * 4))[0] for _ in "xy"])
+    assert firsts == [["b", "c"], ["c", "d"], ["d", "a"]]
+
+
 def test_round_robin_and_weighted_random_see_the_whole_set_unsampled() -> None:
     assert isinstance(RoundRobinPicker(), WholeSetPicker)
     assert isinstance(WeightedRandomPicker(), WholeSetPicker)

@@ -26,6 +26,8 @@ class RoundRobinPicker:
     around. Fallbacks: the candidates after it in the same cycle. Scores are ignored.
 
     Following the last id rather than a counter keeps the cycle fair when replicas come and go.
+    The first pick starts at the `reseed` salt's place in the cycle (the first id without one),
+    so router processes sharing a fleet do not walk it in step.
     O(log n) per pick (the id order is built once per eligible tuple).
     Type: round-robin. Parameters: none.
     """
@@ -36,6 +38,7 @@ class RoundRobinPicker:
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.TYPE
         self._last_id: str | None = None
+        self._salt = 0
         self._orders: IdentityMemo[Sequence[Candidate], tuple[list[str], list[Candidate]]] = (
             IdentityMemo()
         )
@@ -44,6 +47,9 @@ class RoundRobinPicker:
     def from_params(cls, name: str, params: PluginParams) -> RoundRobinPicker:
         parse_params(_Params, cls.TYPE, name, params)
         return cls(name)
+
+    def reseed(self, salt: int) -> None:
+        self._salt = salt
 
     def pick(
         self,
@@ -56,7 +62,8 @@ class RoundRobinPicker:
     ) -> list[Candidate]:
         ids, ordered = self._orders.get(candidates, _by_id)
         count = len(ordered)
-        start = 0 if self._last_id is None else bisect_right(ids, self._last_id) % count
+        start = self._salt if self._last_id is None else bisect_right(ids, self._last_id)
+        start %= count
         wanted = count if limit is None else min(limit, count)
         chosen = [ordered[(start + step) % count] for step in range(wanted)]
         self._last_id = chosen[0].replica.replica_id
