@@ -83,7 +83,8 @@ class UtilisationScorer(Scorer, Protocol):
     same for every scorer with the same factor, so a profile with several such scorers (the
     default one has two to four) computes it once per decision and hands each the same list,
     which they only read. `score(ctx, view, candidates)` must equal
-    `score_utilised(ctx, view, candidates, ρ)`.
+    `score_utilised(ctx, view, candidates, ρ)`: `plugins.scorers.utilised.RatesByUtilisation`
+    gives that `score()`.
     """
 
     degraded_capacity_factor: float

@@ -10,7 +10,8 @@ from pydantic import Field
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
-from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisations
+from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
+from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR
 
 
 class _Params(PluginParamsModel):
@@ -19,7 +20,7 @@ class _Params(PluginParamsModel):
     ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
 
 
-class CapacityHeadroomScorer:
+class CapacityHeadroomScorer(RatesByUtilisation):
     """score = 1 / (1 + ρ), ρ = (in_flight + others_in_flight + 1) / (C × h).
 
     C = `stats.concurrency_capacity(view.target_tpot_s)`: sequences the replica decodes at once
@@ -48,12 +49,6 @@ class CapacityHeadroomScorer:
     def from_params(cls, name: str, params: PluginParams) -> CapacityHeadroomScorer:
         parsed = parse_params(_Params, cls.TYPE, name, params)
         return cls(name, degraded_capacity_factor=parsed.degraded_capacity_factor)
-
-    def score(
-        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> list[float]:
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
-        return self.score_utilised(ctx, view, candidates, rhos)
 
     def score_utilised(
         self,

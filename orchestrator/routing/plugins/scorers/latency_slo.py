@@ -10,12 +10,12 @@ from pydantic import Field
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
     MAX_PREDICTED_UTILISATION,
     UNKNOWN_TPOT_FRACTION,
     UNKNOWN_TTFT_FRACTION,
-    utilisations,
 )
 
 
@@ -25,7 +25,7 @@ class _Params(PluginParamsModel):
     ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
 
 
-class LatencySloScorer:
+class LatencySloScorer(RatesByUtilisation):
     """score = min(1, T_ttft / TTFT_pred) × min(1, T_tpot / TPOT_pred).
 
     With ρ the replica's utilisation (as in `capacity-headroom`), in seconds:
@@ -53,12 +53,6 @@ class LatencySloScorer:
     def from_params(cls, name: str, params: PluginParams) -> LatencySloScorer:
         parsed = parse_params(_Params, cls.TYPE, name, params)
         return cls(name, degraded_capacity_factor=parsed.degraded_capacity_factor)
-
-    def score(
-        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> list[float]:
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
-        return self.score_utilised(ctx, view, candidates, rhos)
 
     def score_utilised(
         self,

@@ -16,7 +16,8 @@ from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
-from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR, utilisations
+from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
+from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR
 from orchestrator.table.snapshot import RoutingTable
 
 DEFAULT_LOAD_FACTOR = 0.25
@@ -60,7 +61,7 @@ def _largest_capacity(table: RoutingTable) -> float:
     return max((r.capacity_prior_tokens_per_s for r in table.replicas), default=0.0)
 
 
-class PrefixAffinityScorer:
+class PrefixAffinityScorer(RatesByUtilisation):
     """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
 
     Each replica owns points on a 64-bit ring, placed by BLAKE2b of its id so that every router
@@ -115,14 +116,6 @@ class PrefixAffinityScorer:
             virtual_nodes=parsed.virtual_nodes,
             nominees=parsed.nominees,
         )
-
-    def score(
-        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> list[float]:
-        if ctx.prefix_hash is None:
-            return [NO_PREFIX_SCORE] * len(candidates)
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
-        return self.score_utilised(ctx, view, candidates, rhos)
 
     def score_utilised(
         self,

@@ -14,10 +14,10 @@ from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
     predicted_ttft_s,
-    utilisations,
 )
 
 DEFAULT_MARGIN_S = 0.05
@@ -44,7 +44,7 @@ def _by_site(eligible: Sequence[Candidate]) -> dict[str, list[Candidate]]:
     return sites
 
 
-class SiteLocalityScorer:
+class SiteLocalityScorer(RatesByUtilisation):
     """Local replicas score 1; a remote replica scores 1 while its site is in "spill" for the
     client's site, else `remoteScore`. With no `ctx.client_site`, every candidate scores 1.
 
@@ -105,14 +105,6 @@ class SiteLocalityScorer:
     def spilling(self, client_site: str, remote_site: str) -> bool:
         """Whether requests from `client_site` may go to `remote_site` as if it were local."""
         return (client_site, remote_site) in self._spilling
-
-    def score(
-        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
-    ) -> list[float]:
-        if ctx.client_site is None:
-            return [1.0] * len(candidates)
-        rhos = utilisations(candidates, view.target_tpot_s, self.degraded_capacity_factor)
-        return self.score_utilised(ctx, view, candidates, rhos)
 
     def score_utilised(
         self,
