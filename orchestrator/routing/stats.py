@@ -79,6 +79,8 @@ class ReplicaStats:
     tightest_tpot_s: float = math.inf
     # the tight target this replica's batch is held to for the tight class (routing/reservation.py)
     reserved_tpot_s: float = math.inf
+    # sequences of that batch the tight class claims here: its demand's share (reservation.claims)
+    tight_claim: float = 0.0
     # the steps measured at each running batch (the estimator's): other targets' batch is read
     # off them where the replica has run near it (routing/step_curve.py)
     step_curve: StepCurve = field(default_factory=StepCurve)
@@ -116,6 +118,20 @@ class ReplicaStats:
         if self.reserved_tpot_s < tightest:
             tightest = self.reserved_tpot_s
         return tightest if tightest < target_tpot_s else target_tpot_s
+
+    def room_for_looser(self, capacity_factor: float = 1.0) -> float:
+        """Sequences work with a looser target than the one this replica is reserved for may
+        still add here: its batch within the tight target (times `capacity_factor`), less what
+        runs here, less the part of the tight class's claim not in flight here yet. Unbounded
+        while not reserved. Loose work past it would either push the batch past the tight
+        target or take the room the tight class's next requests (or those waiting) need."""
+        tight = self.reserved_tpot_s
+        if tight == math.inf:
+            return math.inf
+        unclaimed = self.tight_claim - self.in_flight_by_tpot.get(tight, 0)
+        running = self.in_flight + self.others
+        room = self.concurrency_capacity(tight) * capacity_factor - running
+        return room - unclaimed if unclaimed > 0 else room
 
     def count_in(self, tpot_s: float) -> None:
         """One more request in flight with this TPOT target."""
