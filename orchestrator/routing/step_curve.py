@@ -13,11 +13,7 @@ So each request that finished well adds its own TPOT at the requests the replica
 the admission room count in. Points live in log-spaced buckets of that count, each an
 exponentially weighted mean. "The largest batch within T" is read from the top: the largest
 bucket whose mean TPOT is within T, interpolated towards the next one up, which is over it, or
-extrapolated past the largest measured along the line's slope, or along the measured curve's
-own, if flatter: the chord from the largest bucket down to one at half its batch or less (at
-least a `MIN_SLOPE_SHARE` of the line's). The line is fitted through the steep small-batch
-part too, so along it a loose target's batch (a fast replica's several hundred) would be
-reached only by growing one measured bucket at a time, each as slowly as its requests finish.
+extrapolated past the largest measured along the line's slope.
 Reading from the top ignores a small batch's slow outliers (a burst of prefills); an optimistic
 bucket above the true limit is corrected by the very requests it lets in. A pessimistic one is
 not (the replica is held below it), so a bucket no request has updated in the last
@@ -33,7 +29,6 @@ from typing import Final
 BUCKETS_PER_DOUBLING: Final = 4  # batch buckets: 19% apart
 SMOOTHING: Final = 0.1  # weight of one request's TPOT in its bucket's mean
 STALE_AFTER: Final = 200  # a bucket not updated in this many requests is forgotten
-MIN_SLOPE_SHARE: Final = 0.25  # the measured chord extrapolated along: at least this × line's
 MAX_ANSWERS: Final = 64  # memoised answers kept (targets × slopes): the slope is re-fitted often
 
 
@@ -103,28 +98,10 @@ def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) ->
         batch, tpot, _ = ordered[index]
         if tpot <= tpot_s:
             if above is None:  # within the target at the largest batch measured: past it
-                return batch + (tpot_s - tpot) / _flatter(ordered, slope)
+                return batch + (tpot_s - tpot) / slope
             rise = above[1] - tpot
             share = (tpot_s - tpot) / rise if rise > 0.0 else 0.0
             return batch + share * (above[0] - batch)
         above = ordered[index]
     batch, tpot, _ = ordered[0]  # over the target at every batch measured: below the smallest
     return batch - (tpot - tpot_s) / slope
-
-
-def _flatter(ordered: list[list[float]], slope: float) -> float:
-    """`slope`, or the measured chord down from the largest bucket if flatter (see the module
-    docstring); a chord that does not rise counts as `MIN_SLOPE_SHARE` of `slope`."""
-    if len(ordered) < 2:
-        return slope
-    top_batch, top_tpot, _ = ordered[-1]
-    low = ordered[0]
-    for point in ordered[:-1]:
-        if point[0] <= top_batch / 2:
-            low = point
-    run = top_batch - low[0]
-    chord = (top_tpot - low[1]) / run if run > 0.0 else 0.0
-    if chord >= slope:
-        return slope
-    floor = MIN_SLOPE_SHARE * slope
-    return chord if chord > floor else floor

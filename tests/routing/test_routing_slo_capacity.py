@@ -172,19 +172,3 @@ def test_the_measured_curve_holds_a_slow_replica_to_the_small_batch_it_meets_a_t
     assert replica_stats.concurrency_capacity(0.014) == pytest.approx(
         1 + (SLO_HEADROOM * 0.014 - 0.0079) / (0.020 - 0.0079) * 3
     )
-
-
-def test_past_the_largest_batch_measured_the_batch_extrapolates_along_the_flatter_slope() -> None:
-    """Within a loose target at every batch measured: the line's slope (fitted through the
-    steep small batches too) would hold the batch near what was measured; the measured curve's
-    own chord, if flatter, lets it fill to where the target is met. A chord that does not rise
-    extrapolates along a quarter of the line's slope, no further."""
-    curve = StepCurve()
-    steady(curve, 100, 1.0)
-    steady(curve, 200, 1.3)  # 0.003 s per sequence between them
-    assert curve.batch_within(2.85, 0.01) == pytest.approx(200 + 1.55 / 0.003)
-    assert curve.batch_within(2.85, 0.001) == pytest.approx(200 + 1.55 / 0.001)  # line flatter
-    flat = StepCurve()
-    steady(flat, 100, 1.3)
-    steady(flat, 200, 1.3)
-    assert flat.batch_within(2.85, 0.01) == pytest.approx(200 + 1.55 / 0.0025)
