@@ -325,6 +325,8 @@ class RouterService:
             room = sequences * factor - running
             if stats.reserved_tpot_s < tpot_s:  # held for a tighter class: what it leaves
                 room = min(room, stats.room_for_looser(factor))
+            elif stats.reserved_tpot_s == tpot_s and stats.queued_behind_looser():
+                room = 0.0  # not until its engine's queue of looser work is through
             if room >= 1.0:
                 free += math.floor(room)
                 if stats.reserved_tpot_s == tpot_s:

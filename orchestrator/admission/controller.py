@@ -15,13 +15,14 @@ holds its slot over the number of slots (over the requests running, while no rep
 room: one of them must end first); before any request has finished nothing says how long a
 wait would be, so a request that finds no room then is refused at once.
 
-Interactive requests are served before batch ones: batch is admitted only below
-`1 - batch_reserve` of the capacity, waits behind every interactive request, and a queued batch
-request is refused to make room when an interactive one finds the queue full. While routing holds
-replicas for a class's tight target (its room's `reserved`), that class is admitted up to the
-reserved room whatever the looser classes run (they are kept off those replicas' batch), and each
-of its requests weighs one slot in a looser class's room (those replicas count there at the tight
-target): the tight class meets its target, the loose ones take the rest and are refused first.
+Interactive requests are served before batch ones: batch is admitted only below `1 - batch_reserve`
+of the capacity, waits behind every interactive request (but not behind those waiting for replicas
+reserved for them, where batch only takes what they leave), and a queued batch request is refused
+to make room when an interactive one finds the queue full. While routing holds replicas for a
+class's tight target (its room's `reserved`), that class is admitted up to the reserved room
+whatever the looser classes run (they are kept off those replicas' batch), and each of its requests
+weighs one slot in a looser class's room (those replicas count there at the tight target): the
+tight class meets its target, the loose ones take the rest and are refused first.
 
 Whatever the fleet-wide room says, a request is admitted only while some replica would run it
 within its class's target, i.e. holds fewer than its batch within the target that binds it

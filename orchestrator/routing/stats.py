@@ -45,6 +45,9 @@ HEADROOM: Final = 0.85  # aim the mean step below the target: p99 TPOT sits abov
 # the flat part of a step curve a time headroom would cost a large share of the batch.
 SLO_HEADROOM: Final = 0.95
 FIXED_SHARE_PRIOR: Final = 0.1  # prior share of the step target spent on the fixed (weight) read
+# an engine queue this long (or 2% of its batch) is past the wait for a prefill slot: its batch
+# is at the engine's limit (as the estimator reads a batch limit, `routing/estimator.py`)
+ENGINE_QUEUE_FLOOR: Final = 3
 
 
 @dataclass(slots=True)
@@ -132,6 +135,18 @@ class ReplicaStats:
         running = self.in_flight + self.others
         room = self.concurrency_capacity(tight) * capacity_factor - running
         return room - unclaimed if unclaimed > 0 else room
+
+    def queued_behind_looser(self) -> bool:
+        """Whether a request with the target this replica is reserved for would queue in its
+        engine behind looser work: the engine's last load shows a queue past a prefill's wait
+        while looser work runs here. Such a replica was just reserved, or its batch is at the
+        engine's limit, and its batch within the tight target is read off in-flight counts
+        that include that queue, so it overstates the room: the tight class waits for it."""
+        load = self.load
+        if load is None or load.waiting < max(ENGINE_QUEUE_FLOOR, 0.02 * load.running):
+            return False
+        tight = self.reserved_tpot_s
+        return any(tpot_s > tight for tpot_s in self.in_flight_by_tpot)
 
     def count_in(self, tpot_s: float) -> None:
         """One more request in flight with this TPOT target."""

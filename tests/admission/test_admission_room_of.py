@@ -8,7 +8,7 @@ import math
 from orchestrator.admission.settings import AdmissionSettings
 from orchestrator.config.slo import SloSpec, TargetSpec
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
+from orchestrator.core.records import EngineKind, Replica, ReplicaLoad, ReplicaState, Site
 from orchestrator.core.slo import BATCH, INTERACTIVE, SloTargets
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.snapshot import RoutingTable
@@ -78,3 +78,7 @@ def test_a_looser_class_counts_only_what_the_tight_class_leaves_on_a_reserved_re
     assert batch is not None and batch.free == math.floor(sequences - 6 - unclaimed)
     service._waiting_moved(MODEL, INTERACTIVE, -10)
     assert stats.tight_claim < 15
+    # its engine queues behind the batch request: no room there for interactive until through
+    service.fleet.reported(replica.replica_id, ReplicaLoad(6, 10, 0.5), now_s=0.0)
+    queued = service.room_of(MODEL, INTERACTIVE)
+    assert queued is not None and queued.free == 0

@@ -10,7 +10,7 @@ import pytest
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import ReplicaState
+from orchestrator.core.records import ReplicaLoad, ReplicaState
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import Candidate, RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
@@ -319,3 +319,30 @@ def test_loose_work_takes_only_what_the_tight_class_leaves_on_a_reserved_replica
     assert held.stats.room_for_looser() >= 8.0
     assert only.filter(request(), loose, candidates) is candidates
     assert candidates[1].stats.room_for_looser() == float("inf")  # not reserved: unbounded
+
+
+def test_a_tight_request_skips_a_reserved_replica_whose_engine_queues_behind_loose_work() -> None:
+    """A replica just reserved may still run a large loose batch with a queue in its engine: a
+    tight request sent there would wait behind it and then run in it, so it goes to the other
+    reserved replicas, or anywhere reserved if every one queues."""
+    fleet, candidates = _two_fast_and_a_slow()
+    fast_0, fast_1, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_1, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    fleet.waiting(TIGHT, int(candidates[0].stats.concurrency_capacity(TIGHT)))
+    assert [c.replica for c in _reserved(candidates)] == [fast_0, fast_1]
+    only = SloReservedFilter()
+    fleet_table = table([c.replica for c in candidates])
+    base = view(fleet_table)
+    tight = RoutingView(fleet_table, base.target_ttft_s, TIGHT, base.now_s, fleet.reservation)
+    no_view = RoutingView(fleet_table, base.target_ttft_s, TIGHT, base.now_s)
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0, fast_1]
+    fleet.reported("fast-1", ReplicaLoad(running=300, waiting=40, kv_cache_usage=0.9), now_s=0.0)
+    assert candidates[1].stats.queued_behind_looser()
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0]
+    assert [c.replica for c in only.filter(request(), no_view, candidates)] == [fast_0]
+    fleet.reported("fast-0", ReplicaLoad(running=1, waiting=0, kv_cache_usage=0.1), now_s=0.0)
+    assert not candidates[0].stats.queued_behind_looser()  # no loose work there: no queue behind it
+    fleet.reported("fast-1", ReplicaLoad(running=300, waiting=2, kv_cache_usage=0.9), now_s=0.0)
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0, fast_1]

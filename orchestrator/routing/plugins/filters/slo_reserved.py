@@ -31,6 +31,10 @@ class SloReservedFilter:
     class's claim not yet in flight there): loose work placed there would push the batch past
     the tight target, or take the room the tight class's next requests need.
 
+    Of the reserved replicas, a tight request skips those whose engine queues behind looser
+    work (`ReplicaStats.queued_behind_looser`: one just reserved, still running a large loose
+    batch), unless every one does.
+
     It narrows the primary only (`PrimaryOnlyFilter`): once the reserved replicas are used up as
     fallbacks, the other replicas follow, so a reserved replica that refuses or dies mid-stream
     costs the request its target, not its answer.
@@ -66,17 +70,20 @@ class SloReservedFilter:
         target = view.target_tpot_s
         reservation = view.reservation
         if reservation is None:
-            return _without_full(self._narrowed(candidates, target), target)
+            narrowed = self._narrowed(candidates, target)
+            if narrowed is not candidates:
+                return _not_queued(narrowed)
+            return _without_full(narrowed, target)
         if reservation.tpot_s < target:
             return self._looser(candidates, reservation)
         if reservation.tpot_s != target:
             return candidates
         cached = self._cached
         if cached is not None and cached[0] is candidates and cached[1] is reservation:
-            return cached[2]
+            return _not_queued(cached[2])
         narrowed = self._narrowed(candidates, target)
         self._cached = (candidates, reservation, narrowed)
-        return narrowed
+        return _not_queued(narrowed)
 
     def _looser(
         self, candidates: Sequence[Candidate], reservation: Reservation
@@ -128,3 +135,15 @@ def _without_full(candidates: Sequence[Candidate], target: float) -> Sequence[Ca
         return candidates
     skipped = {id(c) for c in full}
     return tuple(c for c in candidates if id(c) not in skipped)
+
+
+def _not_queued(reserved: Sequence[Candidate]) -> Sequence[Candidate]:
+    """The reserved replicas less those whose engine queues behind looser work (all of them if
+    every one does); reads only the reserved ones."""
+    for candidate in reserved:
+        if candidate.stats.queued_behind_looser():
+            break
+    else:
+        return reserved
+    clear = tuple(c for c in reserved if not c.stats.queued_behind_looser())
+    return clear or reserved
