@@ -124,16 +124,23 @@ class ReplicaStats:
 
     def room_for_looser(self, capacity_factor: float = 1.0) -> float:
         """Sequences work with a looser target than the one this replica is reserved for may
-        still add here: its batch within the tight target (times `capacity_factor`), less what
-        runs here, less the part of the tight class's claim not in flight here yet. Unbounded
-        while not reserved. Loose work past it would either push the batch past the tight
-        target or take the room the tight class's next requests (or those waiting) need."""
+        still add here: its batch within the tight target (times `capacity_factor`), but no
+        more than the largest batch it was measured to hold within it (an extrapolated one
+        that proves too large is corrected only when the loose requests it let in end, 20 to 50
+        s later), less what runs here, less the part of the tight class's claim not in flight
+        here yet. Unbounded while not reserved. Loose work past it would either push the batch
+        past the tight target or take the room the tight class's next (or waiting) requests
+        need."""
         tight = self.reserved_tpot_s
         if tight == math.inf:
             return math.inf
         unclaimed = self.tight_claim - self.in_flight_by_tpot.get(tight, 0)
         running = self.in_flight + self.others
-        room = self.concurrency_capacity(tight) * capacity_factor - running
+        sequences = self.concurrency_capacity(tight)
+        seen = self.step_curve.batch_seen_within(SLO_HEADROOM * tight)
+        if seen is not None and seen < sequences:
+            sequences = seen if seen > 1.0 else 1.0
+        room = sequences * capacity_factor - running
         return room - unclaimed if unclaimed > 0 else room
 
     def queued_behind_looser(self) -> bool:
