@@ -9,7 +9,6 @@ from orchestrator.routing.context import RequestContext
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.reservation import Reservation
-from orchestrator.routing.stats import ReplicaStats
 
 
 class _Params(PluginParamsModel):
@@ -32,12 +31,9 @@ class SloReservedFilter:
     class's claim not yet in flight there): loose work placed there would push the batch past
     the tight target, or take the room the tight class's next requests need.
 
-    Of the reserved replicas, a tight request skips those with no room for it: already at
-    their batch within the tight target (one just reserved, still running a large loose batch,
-    or the next request would push it past the target), or whose engine queues behind looser
-    work (`ReplicaStats.queued_behind_looser`), unless every one is so. Admission counts room
-    the same way, so the request it lets in goes where that room is, whatever the other
-    scorers prefer.
+    Of the reserved replicas, a tight request skips those whose engine queues behind looser
+    work (`ReplicaStats.queued_behind_looser`: one just reserved, still running a large loose
+    batch), unless every one does.
 
     It narrows the primary only (`PrimaryOnlyFilter`): once the reserved replicas are used up as
     fallbacks, the other replicas follow, so a reserved replica that refuses or dies mid-stream
@@ -76,7 +72,7 @@ class SloReservedFilter:
         if reservation is None:
             narrowed = self._narrowed(candidates, target)
             if narrowed is not candidates:
-                return _with_room(narrowed)
+                return _not_queued(narrowed)
             return _without_full(narrowed, target)
         if reservation.tpot_s < target:
             return self._looser(candidates, reservation)
@@ -84,10 +80,10 @@ class SloReservedFilter:
             return candidates
         cached = self._cached
         if cached is not None and cached[0] is candidates and cached[1] is reservation:
-            return _with_room(cached[2])
+            return _not_queued(cached[2])
         narrowed = self._narrowed(candidates, target)
         self._cached = (candidates, reservation, narrowed)
-        return _with_room(narrowed)
+        return _not_queued(narrowed)
 
     def _looser(
         self, candidates: Sequence[Candidate], reservation: Reservation
@@ -141,22 +137,13 @@ def _without_full(candidates: Sequence[Candidate], target: float) -> Sequence[Ca
     return tuple(c for c in candidates if id(c) not in skipped)
 
 
-def _with_room(reserved: Sequence[Candidate]) -> Sequence[Candidate]:
-    """The reserved replicas less those with no room for one more tight request (all of them
-    if none has any); reads only the reserved ones."""
+def _not_queued(reserved: Sequence[Candidate]) -> Sequence[Candidate]:
+    """The reserved replicas less those whose engine queues behind looser work (all of them if
+    every one does); reads only the reserved ones."""
     for candidate in reserved:
-        if not _has_room(candidate.stats):
+        if candidate.stats.queued_behind_looser():
             break
     else:
         return reserved
-    clear = tuple(c for c in reserved if _has_room(c.stats))
+    clear = tuple(c for c in reserved if not c.stats.queued_behind_looser())
     return clear or reserved
-
-
-def _has_room(stats: ReplicaStats) -> bool:
-    """Room for one more request at the target the replica is reserved for (as admission
-    counts it, `FleetRoom.free`), and no engine queue of looser work to wait behind."""
-    running = stats.in_flight + stats.others + 1
-    if running > stats.concurrency_capacity(stats.reserved_tpot_s):
-        return False
-    return not stats.queued_behind_looser()
