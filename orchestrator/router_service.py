@@ -121,6 +121,7 @@ class RouterService:
             self.room_of,
             metrics=self.admission_metrics,
             latency_scale=self.settings.latency_scale,
+            on_waiting=self._waiting_moved,
         )
         self.key_limiter = KeyLimiter(self.admission_metrics)
         self.passthrough = Passthrough(
@@ -292,13 +293,18 @@ class RouterService:
             self.routable_of(model), method, path, body, deadline_s=self.deadline_s()
         )
 
+    def _waiting_moved(self, model: str, slo_class: str, delta: int) -> None:
+        """Requests waiting in admission count in their class's demand for reserved room."""
+        self.fleet.waiting(self.slo.target(model, slo_class).tpot_s, delta)
+
     def room_of(self, model: str, slo_class: str) -> FleetRoom | None:
         """The concurrent requests of `slo_class` the routable replicas of `model` sustain within
         that class's TPOT target, or the tighter one a replica's batch is held to
         (`ReplicaStats.binding_tpot_s`), what other routers run on them, and the part held for
         this class (replicas reserved for its target), and the requests that would still fit one by
         one on a replica within the target binding there, its room scaled by the admission's
-        capacity factor as the fleet-wide limit is."""
+        capacity factor as the fleet-wide limit is (on a replica reserved for a tighter class,
+        only what that class leaves: `ReplicaStats.room_for_looser`)."""
         table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
         factor = self.settings.admission.capacity_factor
@@ -317,6 +323,10 @@ class RouterService:
             running = stats.in_flight + stats.others_in_flight()
             others += stats.others_in_flight()
             room = sequences * factor - running
+            if stats.reserved_tpot_s < tpot_s:  # held for a tighter class: what it leaves
+                room = min(room, stats.room_for_looser(factor))
+            elif stats.reserved_tpot_s == tpot_s and stats.queued_behind_looser():
+                room = 0.0  # not until its engine's queue of looser work is through
             if room >= 1.0:
                 free += math.floor(room)
                 if stats.reserved_tpot_s == tpot_s:

@@ -15,13 +15,14 @@ holds its slot over the number of slots (over the requests running, while no rep
 room: one of them must end first); before any request has finished nothing says how long a
 wait would be, so a request that finds no room then is refused at once.
 
-Interactive requests are served before batch ones: batch is admitted only below
-`1 - batch_reserve` of the capacity, waits behind every interactive request, and a queued batch
-request is refused to make room when an interactive one finds the queue full. While routing holds
-replicas for a class's tight target (its room's `reserved`), that class is admitted up to the
-reserved room whatever the looser classes run (they are kept off those replicas' batch), and each
-of its requests weighs one slot in a looser class's room (those replicas count there at the tight
-target): the tight class meets its target, the loose ones take the rest and are refused first.
+Interactive requests are served before batch ones: batch is admitted only below `1 - batch_reserve`
+of the capacity, waits behind every interactive request (but not behind those waiting for replicas
+reserved for them, where batch only takes what they leave), and a queued batch request is refused
+to make room when an interactive one finds the queue full. While routing holds replicas for a
+class's tight target (its room's `reserved`), that class is admitted up to the reserved room
+whatever the looser classes run (they are kept off those replicas' batch), and each of its requests
+weighs one slot in a looser class's room (those replicas count there at the tight target): the
+tight class meets its target, the loose ones take the rest and are refused first.
 
 Whatever the fleet-wide room says, a request is admitted only while some replica would run it
 within its class's target, i.e. holds fewer than its batch within the target that binds it
@@ -68,6 +69,8 @@ class FleetRoom:
 
 
 RoomOf = Callable[[str, str], FleetRoom | None]
+WaitingMoved = Callable[[str, str, int], None]
+"""(model, class, ±n): requests of that class began or ended waiting (routing counts them)."""
 """The room for a model and request class now, or None when no routable replica serves it
 (admission then steps aside and the dispatcher answers 404 or 503)."""
 
@@ -146,9 +149,13 @@ class AdmissionController:
         *,
         metrics: AdmissionMetrics | None = None,
         latency_scale: float = 1.0,
+        on_waiting: WaitingMoved | None = None,
     ) -> None:
+        """`on_waiting` hears each request that begins or ends waiting, by model and class:
+        the tight class's waiting requests are demand the routing's reservation holds room for."""
         self.settings = settings
         self._room_of = room_of
+        self._on_waiting = on_waiting
         self._metrics = metrics
         self.queue_timeout_s = settings.queue_timeout_s * latency_scale
         self._lanes: dict[str, _Lane] = {}
@@ -187,6 +194,7 @@ class AdmissionController:
         waiter = _Waiter(loop.create_future(), priority, now_s)
         queue = lane.queues[priority]
         queue.append(waiter)
+        self._waiting(lane, priority, 1)
         self._depth(priority, len(queue))
         self._schedule_pump()
         try:
@@ -324,18 +332,26 @@ class AdmissionController:
         return sum(lane.taken_by.values())
 
     @staticmethod
-    def _ahead_of(lane: _Lane, priority: Priority) -> bool:
-        """Whether someone waits who goes first (same class or higher)."""
-        if lane.queues[Priority.INTERACTIVE]:
-            return True
-        return priority is Priority.BATCH and bool(lane.queues[Priority.BATCH])
+    def _apart(lane: _Lane) -> bool:
+        """Whether interactive requests wait for replicas held for them alone (their room is
+        reserved, `FleetRoom.reserved`): batch takes only what they leave there, so a batch
+        request that fits elsewhere need not wait behind them."""
+        room = lane.rooms.get(Priority.INTERACTIVE)
+        return room is not None and room.reserved > 0
 
-    @staticmethod
-    def _position(lane: _Lane, priority: Priority) -> int:
-        position = len(lane.queues[Priority.INTERACTIVE]) + 1
-        if priority is Priority.BATCH:
-            position += len(lane.queues[Priority.BATCH])
-        return position
+    def _ahead_of(self, lane: _Lane, priority: Priority) -> bool:
+        """Whether someone waits who goes first (same class or higher, unless `_apart`)."""
+        if priority is Priority.BATCH and lane.queues[Priority.BATCH]:
+            return True
+        if not lane.queues[Priority.INTERACTIVE]:
+            return False
+        return priority is Priority.INTERACTIVE or not self._apart(lane)
+
+    def _position(self, lane: _Lane, priority: Priority) -> int:
+        if priority is Priority.INTERACTIVE:
+            return len(lane.queues[Priority.INTERACTIVE]) + 1
+        position = len(lane.queues[Priority.BATCH]) + 1
+        return position if self._apart(lane) else position + len(lane.queues[Priority.INTERACTIVE])
 
     def _predicted_wait_s(self, lane: _Lane, position: int, slots: float) -> float | None:
         """Seconds until the `position`-th waiter is served; None while nothing says.
@@ -369,6 +385,7 @@ class AdmissionController:
         if priority is Priority.INTERACTIVE:
             while batch:
                 displaced = batch.pop()
+                self._waiting(lane, Priority.BATCH, -1)
                 if not displaced.future.done():
                     displaced.future.set_exception(
                         self._refuse(Priority.BATCH, "refused_displaced", self._retry_s(lane))
@@ -400,6 +417,7 @@ class AdmissionController:
         queue = lane.queues[waiter.priority]
         with contextlib.suppress(ValueError):
             queue.remove(waiter)
+            self._waiting(lane, waiter.priority, -1)
         self._depth(waiter.priority, len(queue))
         future = waiter.future
         if future.done() and not future.cancelled() and future.exception() is None:
@@ -416,6 +434,7 @@ class AdmissionController:
                 if not self._fits(lane, priority):
                     break
                 waiter = queue.popleft()
+                self._waiting(lane, priority, -1)
                 if waiter.future.done():
                     continue
                 lane.served.append(now_s)
@@ -424,8 +443,8 @@ class AdmissionController:
                 lane.active_by[priority] += 1
                 waiter.future.set_result(None)
             self._depth(priority, len(queue))
-            if queue:
-                return  # batch waits while interactive requests do
+            if queue and not self._apart(lane):
+                return  # batch waits while interactive requests do, where they share replicas
 
     def _schedule_pump(self) -> None:
         if self._pump_timer is None:
@@ -442,6 +461,10 @@ class AdmissionController:
                 waiting = waiting or lane.queued() > 0
         if waiting:
             self._schedule_pump()
+
+    def _waiting(self, lane: _Lane, priority: Priority, delta: int) -> None:
+        if self._on_waiting is not None:
+            self._on_waiting(lane.model, priority.value, delta)
 
     def _depth(self, priority: Priority, depth: int) -> None:
         if self._metrics is not None:

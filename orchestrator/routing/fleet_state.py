@@ -16,6 +16,7 @@ from orchestrator.routing.plugin import Candidate
 from orchestrator.routing.reservation import (
     NO_RESERVATION,
     Reservation,
+    claims,
     demand_moved,
     reserved_replicas,
 )
@@ -49,6 +50,8 @@ class FleetState:
         self._stats: dict[str, ReplicaStats] = {}
         self._candidates: tuple[RoutingTable, list[Candidate]] | None = None
         self._in_flight_by_tpot: dict[float, int] = {}  # every replica's, by TPOT target
+        self._waiting_by_tpot: dict[float, int] = {}  # waiting in admission, by TPOT target
+        self._reserved: list[ReplicaStats] = []  # the replicas `_reserve` chose last
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
         self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
         self._not_ready: set[str] = set()  # replicas the table has draining (never reserved)
@@ -238,23 +241,28 @@ class FleetState:
         history = self._history.get(replica_id)
         return stats.in_flight if history is None else history.at(load.observed_at_s)
 
+    def waiting(self, tpot_s: float, delta: int) -> None:
+        """`delta` requests with this TPOT target (wall s) began (+) or ended (−) waiting in
+        admission: the tight class's demand counts them, so the reservation grows for them
+        rather than staying at the size the requests let in so far fit."""
+        _move(self._waiting_by_tpot, tpot_s, delta)
+        self._reserve()
+
     def _count(self, tpot_s: float, delta: int) -> None:
-        counts = self._in_flight_by_tpot
-        left = counts.get(tpot_s, 0) + delta
-        if left > 0:
-            counts[tpot_s] = left
-        else:
-            counts.pop(tpot_s, None)
+        _move(self._in_flight_by_tpot, tpot_s, delta)
         self._reserve()
 
     def _reserve(self) -> None:
-        """Hold the fastest replicas to the tightest TPOT target in flight while looser work is
-        in flight too; redone when that target changes or its demand moves out of its band."""
-        counts = self._in_flight_by_tpot
-        tight = min(counts) if len(counts) > 1 else math.inf
-        demand = float(counts[tight]) if tight in counts else 0.0
+        """Hold the fastest replicas to the tightest TPOT target in flight or waiting while
+        looser work is too; redone when that target changes or its demand (in flight and
+        waiting) moves out of its band. The tight class's claim on each is kept current."""
+        counts, waiting = self._in_flight_by_tpot, self._waiting_by_tpot
+        targets = counts.keys() | waiting.keys() if waiting else counts.keys()
+        tight = min(targets) if len(targets) > 1 else math.inf
+        demand = float(counts.get(tight, 0) + waiting.get(tight, 0)) if tight < math.inf else 0.0
         last = self._reserved_for
         if last is not None and last[0] == tight and not demand_moved(demand, last[1]):
+            self._claim(tight, demand)
             return
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
@@ -268,10 +276,31 @@ class FleetState:
         capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
             stats.reserved_tpot_s = math.inf
-        chosen = reserved_replicas(capacities, demand, held)
+            stats.tight_claim = 0.0
+        running = [stats.in_flight_by_tpot.get(tight, 0) for stats in usable] if held else []
+        chosen = reserved_replicas(capacities, demand, held, tight_in_flight=running)
         for index in chosen:
             usable[index].reserved_tpot_s = tight
+        self._reserved = [usable[index] for index in chosen]
         self.reservation = Reservation(tight) if chosen else NO_RESERVATION
+        self._claim(tight, demand)
+
+    def _claim(self, tight: float, demand: float) -> None:
+        """Spread the tight class's need over the reserved replicas (`reservation.claims`)."""
+        reserved = self._reserved
+        if not reserved:
+            return
+        capacities = [stats.concurrency_capacity(tight) for stats in reserved]
+        for stats, claim in zip(reserved, claims(capacities, demand), strict=True):
+            stats.tight_claim = claim
+
+
+def _move(counts: dict[float, int], tpot_s: float, delta: int) -> None:
+    left = counts.get(tpot_s, 0) + delta
+    if left > 0:
+        counts[tpot_s] = left
+    else:
+        counts.pop(tpot_s, None)
 
 
 def _smooth(previous: float | None, value: float) -> float:

@@ -45,6 +45,9 @@ HEADROOM: Final = 0.85  # aim the mean step below the target: p99 TPOT sits abov
 # the flat part of a step curve a time headroom would cost a large share of the batch.
 SLO_HEADROOM: Final = 0.95
 FIXED_SHARE_PRIOR: Final = 0.1  # prior share of the step target spent on the fixed (weight) read
+# an engine queue this long (or 2% of its batch) is past the wait for a prefill slot: its batch
+# is at the engine's limit (as the estimator reads a batch limit, `routing/estimator.py`)
+ENGINE_QUEUE_FLOOR: Final = 3
 
 
 @dataclass(slots=True)
@@ -79,6 +82,8 @@ class ReplicaStats:
     tightest_tpot_s: float = math.inf
     # the tight target this replica's batch is held to for the tight class (routing/reservation.py)
     reserved_tpot_s: float = math.inf
+    # sequences of that batch the tight class claims here: its demand's share (reservation.claims)
+    tight_claim: float = 0.0
     # the steps measured at each running batch (the estimator's): other targets' batch is read
     # off them where the replica has run near it (routing/step_curve.py)
     step_curve: StepCurve = field(default_factory=StepCurve)
@@ -116,6 +121,39 @@ class ReplicaStats:
         if self.reserved_tpot_s < tightest:
             tightest = self.reserved_tpot_s
         return tightest if tightest < target_tpot_s else target_tpot_s
+
+    def room_for_looser(self, capacity_factor: float = 1.0) -> float:
+        """Sequences work with a looser target than the one this replica is reserved for may
+        still add here: its batch within the tight target (times `capacity_factor`), but no
+        more than the largest batch it was measured to hold within it (an extrapolated one
+        that proves too large is corrected only when the loose requests it let in end, 20 to 50
+        s later), less what runs here, less the part of the tight class's claim not in flight
+        here yet. Unbounded while not reserved. Loose work past it would either push the batch
+        past the tight target or take the room the tight class's next (or waiting) requests
+        need."""
+        tight = self.reserved_tpot_s
+        if tight == math.inf:
+            return math.inf
+        unclaimed = self.tight_claim - self.in_flight_by_tpot.get(tight, 0)
+        running = self.in_flight + self.others
+        sequences = self.concurrency_capacity(tight)
+        seen = self.step_curve.batch_seen_within(SLO_HEADROOM * tight)
+        if seen is not None and seen < sequences:
+            sequences = seen if seen > 1.0 else 1.0
+        room = sequences * capacity_factor - running
+        return room - unclaimed if unclaimed > 0 else room
+
+    def queued_behind_looser(self) -> bool:
+        """Whether a request with the target this replica is reserved for would queue in its
+        engine behind looser work: the engine's last load shows a queue past a prefill's wait
+        while looser work runs here. Such a replica was just reserved, or its batch is at the
+        engine's limit, and its batch within the tight target is read off in-flight counts
+        that include that queue, so it overstates the room: the tight class waits for it."""
+        load = self.load
+        if load is None or load.waiting < max(ENGINE_QUEUE_FLOOR, 0.02 * load.running):
+            return False
+        tight = self.reserved_tpot_s
+        return any(tpot_s > tight for tpot_s in self.in_flight_by_tpot)
 
     def count_in(self, tpot_s: float) -> None:
         """One more request in flight with this TPOT target."""

@@ -90,15 +90,27 @@ class StepCurve:
         answers[tpot_s] = answer
         return answer
 
+    def batch_seen_within(self, tpot_s: float) -> float | None:
+        """`batch_within` without extrapolating past the largest batch measured (the batch
+        it was seen to hold, not one it may hold); None before any measurement. Not memoised:
+        a few dozen buckets at most."""
+        if not self._points:
+            return None
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = [self._points[key] for key in sorted(self._points)]
+        return _within(ordered, tpot_s, 0.0)
+
 
 def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) -> float:
+    """`StepCurve.batch_within`'s answer; `per_sequence_s` 0 extrapolates nothing upwards."""
     slope = per_sequence_s if per_sequence_s > 0.0 else math.inf
     above: list[float] | None = None
     for index in range(len(ordered) - 1, -1, -1):
         batch, tpot, _ = ordered[index]
         if tpot <= tpot_s:
             if above is None:  # within the target at the largest batch measured: past it
-                return batch + (tpot_s - tpot) / slope
+                return batch + (tpot_s - tpot) / slope if per_sequence_s > 0.0 else batch
             rise = above[1] - tpot
             share = (tpot_s - tpot) / rise if rise > 0.0 else 0.0
             return batch + share * (above[0] - batch)

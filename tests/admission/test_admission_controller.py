@@ -381,3 +381,48 @@ def test_a_request_no_replica_has_room_for_is_refused_at_once_when_the_running_f
         assert time.monotonic() - started < 0.1
 
     run(scenario())
+
+
+def _two_rooms(
+    reserved: float, heard: list[tuple[str, int]]
+) -> tuple[AdmissionController, dict[str, FleetRoom]]:
+    rooms = {
+        INTERACTIVE.value: FleetRoom(10, reserved=reserved, free=1),
+        BATCH.value: FleetRoom(100, free=50),
+    }
+    gate = AdmissionController(
+        AdmissionSettings(queue_timeout_s=5.0),
+        lambda model, slo_class: rooms[slo_class],
+        on_waiting=lambda model, slo_class, delta: heard.append((slo_class, delta)),
+    )
+    return gate, rooms
+
+
+@pytest.mark.parametrize("reserved", [10.0, 0.0])
+def test_batch_waits_behind_interactive_only_where_they_share_replicas(reserved: float) -> None:
+    """Interactive requests waiting for the replicas held for them (their room is reserved)
+    do not hold back a batch request that fits elsewhere: batch only takes what they leave
+    there. Without a reservation they share the replicas, and batch waits behind them. The
+    waiting requests are reported (routing counts them in their class's demand)."""
+
+    async def scenario() -> None:
+        heard: list[tuple[str, int]] = []
+        gate, rooms = _two_rooms(reserved, heard)
+        (await gate.admit(MODEL, INTERACTIVE)).release()  # one served: waits can be predicted
+        rooms[INTERACTIVE.value] = FleetRoom(10, reserved=reserved, free=0)
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        waiting = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(0)
+        assert heard == [(INTERACTIVE.value, 1)] and not waiting.done()
+        batch = asyncio.create_task(gate.admit(MODEL, BATCH))
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        assert batch.done() is (reserved > 0)
+        rooms[INTERACTIVE.value] = FleetRoom(10, reserved=reserved, free=1)
+        await asyncio.wait_for(waiting, 1.0)
+        await asyncio.wait_for(batch, 1.0)
+        interactive = [delta for slo_class, delta in heard if slo_class == INTERACTIVE.value]
+        assert interactive == [1, -1]
+        assert heard.count((BATCH.value, 1)) == (0 if reserved > 0 else 1)
+        assert sum(delta for _, delta in heard) == 0
+
+    run(scenario())

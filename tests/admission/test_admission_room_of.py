@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.config.slo import SloSpec, TargetSpec
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import EngineKind, Replica, ReplicaState, Site
-from orchestrator.core.slo import INTERACTIVE
+from orchestrator.core.records import EngineKind, Replica, ReplicaLoad, ReplicaState, Site
+from orchestrator.core.slo import BATCH, INTERACTIVE, SloTargets
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
@@ -16,14 +17,18 @@ from orchestrator.table.source import TableHolder
 MODEL = "m"
 
 
-def _service(capacity_factor: float) -> tuple[RouterService, Replica]:
+def _service(
+    capacity_factor: float, slo: SloTargets | None = None, prior: float = 500.0
+) -> tuple[RouterService, Replica]:
     replica = Replica(
         replica_id="r", url="http://127.0.0.1:9", model=MODEL, pool="kr-mi355x", site="kr",
-        generation=Generation.MI355X, engine=EngineKind.SIM, capacity_prior_tokens_per_s=500.0,
+        generation=Generation.MI355X, engine=EngineKind.SIM, capacity_prior_tokens_per_s=prior,
         state=ReplicaState.READY,
     )  # fmt: skip
     table = RoutingTable(version=1, replicas=(replica,), sites={"kr": Site("kr", {})})
-    settings = RouterSettings(admission=AdmissionSettings(capacity_factor=capacity_factor))
+    settings = RouterSettings(
+        admission=AdmissionSettings(capacity_factor=capacity_factor), slo=slo or SloTargets()
+    )
     service = RouterService(
         TableHolder(table), profile_named("capacity"), settings=settings, scrape_replicas=False
     )
@@ -46,3 +51,34 @@ def test_the_capacity_factor_stretches_each_replicas_free_room_too() -> None:
     stretched = doubled.room_of(MODEL, INTERACTIVE)
     assert stretched is not None
     assert stretched.free == math.floor(2 * sequences) - math.floor(sequences)
+
+
+def test_a_looser_class_counts_only_what_the_tight_class_leaves_on_a_reserved_replica() -> None:
+    """One replica runs both classes, so it is reserved for interactive's tight target: batch's
+    room there is its tight batch less what runs and less interactive's claim not in flight
+    (the requests waiting in admission count in it); interactive's is the whole tight batch."""
+    slo = SloSpec(tpotS=0.014, classes={BATCH: TargetSpec(tpotS=0.03)}).targets()
+    service, replica = _service(1.0, slo, prior=50_000.0)
+    tight = service.slo.target(MODEL, INTERACTIVE).tpot_s
+    loose = service.slo.target(MODEL, BATCH).tpot_s
+    assert loose > tight
+    for _ in range(5):
+        service.fleet.started(replica, tight)
+    service.fleet.started(replica, loose)
+    stats = service.fleet.stats(replica.replica_id)
+    assert stats is not None and stats.reserved_tpot_s == tight
+    interactive = service.room_of(MODEL, INTERACTIVE)
+    assert interactive is not None
+    service._waiting_moved(MODEL, INTERACTIVE, 10)  # as admission reports them
+    batch = service.room_of(MODEL, BATCH)
+    sequences = stats.concurrency_capacity(tight)
+    assert sequences > 100 and interactive.free == math.floor(sequences - 6)
+    unclaimed = stats.tight_claim - 5
+    assert unclaimed >= 11  # 15 in demand, 5 of them running here
+    assert batch is not None and batch.free == math.floor(sequences - 6 - unclaimed)
+    service._waiting_moved(MODEL, INTERACTIVE, -10)
+    assert stats.tight_claim < 15
+    # its engine queues behind the batch request: no room there for interactive until through
+    service.fleet.reported(replica.replica_id, ReplicaLoad(6, 10, 0.5), now_s=0.0)
+    queued = service.room_of(MODEL, INTERACTIVE)
+    assert queued is not None and queued.free == 0

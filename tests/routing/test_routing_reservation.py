@@ -10,12 +10,12 @@ import pytest
 from routing_fleet import replica, request, table, view
 
 from orchestrator.core.generations import Generation
-from orchestrator.core.records import ReplicaState
+from orchestrator.core.records import ReplicaLoad, ReplicaState
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import Candidate, RoutingView
 from orchestrator.routing.plugins.filters.slo_reserved import SloReservedFilter
 from orchestrator.routing.profiles import builtin_profiles
-from orchestrator.routing.reservation import demand_moved, reserved_replicas
+from orchestrator.routing.reservation import claims, demand_moved, reserved_replicas, tight_need
 from orchestrator.routing.signals import utilisations
 
 TIGHT, LOOSE = 0.014, 0.03
@@ -202,8 +202,8 @@ def test_with_the_fleets_reservation_in_the_view_the_filter_walks_the_candidates
     _CountedWalks.walks = 0
     for _ in range(100):
         assert seen(TIGHT) == held
-        assert narrowed(LOOSE) is candidates  # nothing is reserved for the loose target
-    assert _CountedWalks.walks <= 2
+        assert narrowed(LOOSE) is candidates  # the reserved replica has room for loose work
+    assert _CountedWalks.walks <= 3  # the tight narrowing (two walks), the loose split (one)
     for _ in range(3):  # the tight class's demand grows: the choice is redone, and seen
         fleet.started(replicas[0], TIGHT)
     assert seen(TIGHT) == [
@@ -237,3 +237,112 @@ def test_a_reserved_replica_whose_circuit_opens_is_replaced_and_a_draining_one_n
     draining = replica("fast-1", Generation.MI355X, state=ReplicaState.DRAINING)
     fleet.sync(table([fast_0, draining, slow], version=2))
     assert held() == ["fast-0"]
+
+
+def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_need_with_margin() -> None:
+    """Handing a reserved replica back lets loose work fill it, and taking it again waits for
+    that work to end, so a dip in demand just under what the rest hold keeps it."""
+    capacities = [100.0, 100.0]
+    assert reserved_replicas(capacities, 150, held=[0]) == [0, 1]
+    assert reserved_replicas(capacities, 90, held=[0, 1]) == [0, 1]  # 91 × 1.25 > 100
+    assert reserved_replicas(capacities, 70, held=[0, 1]) == [0]  # 71 × 1.25 ≤ 100
+    assert reserved_replicas(capacities, 90) == [0]  # a new choice takes no more than the need
+    assert tight_need(0) == 0 and tight_need(60) == 61
+    # 64 tight requests: 65 sequences, and 2 × √64 for the count's swings, shared by tight batch
+    assert claims([100.0, 50.0], 64) == [pytest.approx(54.0), pytest.approx(27.0)]
+    assert claims([100.0, 50.0], 300) == [100.0, 50.0]  # at most the whole batch
+    assert claims([100.0, 50.0], 0) == [0.0, 0.0]
+
+
+def _two_fast_and_a_slow() -> tuple[FleetState, list[Candidate]]:
+    routing_table = table(
+        [
+            replica("fast-0", Generation.MI355X),
+            replica("fast-1", Generation.MI355X),
+            replica("slow", Generation.MI300X),
+        ]
+    )
+    fleet = FleetState()
+    fleet.sync(routing_table)
+    return fleet, fleet.candidates(routing_table)
+
+
+def _reserved(candidates: Sequence[Candidate]) -> list[Candidate]:
+    return [c for c in candidates if c.stats.reserved_tpot_s == TIGHT]
+
+
+def test_tight_requests_waiting_in_admission_grow_the_reservation() -> None:
+    """The demand is the tight requests in flight and those waiting: the ones that wait are
+    the ones the reservation does not hold yet."""
+    fleet, candidates = _two_fast_and_a_slow()
+    fast_0, _, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    (held,) = _reserved(candidates)
+    per_replica = held.stats.concurrency_capacity(TIGHT)
+    assert held.stats.tight_claim == pytest.approx(4.0)  # one in flight, one may come, 2 × √1
+    fleet.waiting(TIGHT, int(per_replica))  # more wait than one replica holds
+    assert len(_reserved(candidates)) == 2
+    fleet.waiting(TIGHT, -int(per_replica))
+    assert len(_reserved(candidates)) == 1
+    fleet.finished(fast_0, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=TIGHT)
+    fleet.waiting(TIGHT, 1)  # only waiting: still tight demand among the loose work
+    assert len(_reserved(candidates)) == 1
+
+
+def test_loose_work_takes_only_what_the_tight_class_leaves_on_a_reserved_replica() -> None:
+    """The reserved replica's batch within the tight target, less what runs there, less the
+    tight class's claim not yet in flight there: loose work past that is kept off it (the
+    filter, for its primary) and out of its admission room."""
+    fleet, candidates = _two_fast_and_a_slow()
+    fast_0, fast_1, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    for _ in range(20):
+        fleet.started(fast_0, TIGHT)
+    (held,) = _reserved(candidates)
+    assert held.replica is fast_0
+    tight_batch = held.stats.concurrency_capacity(TIGHT)
+    fleet.waiting(TIGHT, 10)  # 20 in flight, 10 waiting: 31 + 2√30 claimed, 20 of them here
+    claim = 31 + 2 * 30**0.5
+    assert held.stats.tight_claim == pytest.approx(claim)
+    assert held.stats.room_for_looser() == pytest.approx(tight_batch - 20 - (claim - 20))
+    only = SloReservedFilter()
+    base = view(fleet_table := table([c.replica for c in candidates]))
+    loose = RoutingView(fleet_table, base.target_ttft_s, LOOSE, base.now_s, fleet.reservation)
+    assert only.filter(request(), loose, candidates) is candidates  # room left: any replica
+    while held.stats.room_for_looser() >= 1.0:
+        fleet.started(fast_0, LOOSE)
+    assert [c.replica for c in only.filter(request(), loose, candidates)] == [fast_1, slow]
+    no_view = RoutingView(fleet_table, base.target_ttft_s, LOOSE, base.now_s)
+    assert [c.replica for c in only.filter(request(), no_view, candidates)] == [fast_1, slow]
+    fleet.waiting(TIGHT, -10)  # the waiting ones gave up: their share is free again
+    assert held.stats.room_for_looser() >= 8.0
+    assert only.filter(request(), loose, candidates) is candidates
+    assert candidates[1].stats.room_for_looser() == float("inf")  # not reserved: unbounded
+
+
+def test_a_tight_request_skips_a_reserved_replica_whose_engine_queues_behind_loose_work() -> None:
+    """A replica just reserved may still run a large loose batch with a queue in its engine: a
+    tight request sent there would wait behind it and then run in it, so it goes to the other
+    reserved replicas, or anywhere reserved if every one queues."""
+    fleet, candidates = _two_fast_and_a_slow()
+    fast_0, fast_1, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_1, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    fleet.waiting(TIGHT, int(candidates[0].stats.concurrency_capacity(TIGHT)))
+    assert [c.replica for c in _reserved(candidates)] == [fast_0, fast_1]
+    only = SloReservedFilter()
+    fleet_table = table([c.replica for c in candidates])
+    base = view(fleet_table)
+    tight = RoutingView(fleet_table, base.target_ttft_s, TIGHT, base.now_s, fleet.reservation)
+    no_view = RoutingView(fleet_table, base.target_ttft_s, TIGHT, base.now_s)
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0, fast_1]
+    fleet.reported("fast-1", ReplicaLoad(running=300, waiting=40, kv_cache_usage=0.9), now_s=0.0)
+    assert candidates[1].stats.queued_behind_looser()
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0]
+    assert [c.replica for c in only.filter(request(), no_view, candidates)] == [fast_0]
+    fleet.reported("fast-0", ReplicaLoad(running=1, waiting=0, kv_cache_usage=0.1), now_s=0.0)
+    assert not candidates[0].stats.queued_behind_looser()  # no loose work there: no queue behind it
+    fleet.reported("fast-1", ReplicaLoad(running=300, waiting=2, kv_cache_usage=0.9), now_s=0.0)
+    assert [c.replica for c in only.filter(request(), tight, candidates)] == [fast_0, fast_1]

@@ -172,3 +172,13 @@ def test_the_measured_curve_holds_a_slow_replica_to_the_small_batch_it_meets_a_t
     assert replica_stats.concurrency_capacity(0.014) == pytest.approx(
         1 + (SLO_HEADROOM * 0.014 - 0.0079) / (0.020 - 0.0079) * 3
     )
+
+
+def test_the_batch_seen_within_a_target_is_not_extrapolated_past_the_largest_measured() -> None:
+    curve = StepCurve()
+    assert curve.batch_seen_within(0.014) is None
+    steady(curve, 100, 0.012)
+    assert curve.batch_within(0.014, 1e-4) == pytest.approx(120)  # along the line
+    assert curve.batch_seen_within(0.014) == pytest.approx(100)  # what it was seen to hold
+    steady(curve, 200, 0.016)
+    assert curve.batch_seen_within(0.014) == pytest.approx(curve.batch_within(0.014, 1e-4))
