@@ -397,7 +397,12 @@ class _Mover:
 
 def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers relayed to the client, from the replica's (lower-case names)."""
-    return {name: headers[key] for key, name in _PASSED_HEADERS if key in headers}
+    passed = {}
+    for key, name in _PASSED_HEADERS:
+        value = headers.get(key)
+        if value is not None:
+            passed[name] = value
+    return passed
 
 
 def _pinned(replica_id: str, replica: Replica | None) -> Decision:

@@ -188,8 +188,14 @@ class ReplicaConnection(asyncio.Protocol):
             if self._interim > MAX_INTERIM_ANSWERS or status == 101:
                 raise _Malformed(f"unexpected interim answers (status {status})")
             return
-        self._reusable = _keeps_alive(version, headers) and (
-            status in _NO_BODY_STATUSES or not self._ends_with_connection()
+        # (inline for the usual HTTP/1.1 answer with a length: a few calls fewer)
+        keeps_alive = (version == "1.1" and "connection" not in headers) or _keeps_alive(
+            version, headers
+        )
+        self._reusable = keeps_alive and (
+            status in _NO_BODY_STATUSES
+            or "transfer-encoding" in headers
+            or "content-length" in headers
         )
         self._response = response = UpstreamResponse(status, headers, self, self.max_answer_bytes)
         waiter, self._head_waiter = self._head_waiter, None

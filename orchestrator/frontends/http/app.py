@@ -174,7 +174,7 @@ class OpenAiFrontend:
         (429) when `key`'s limits or the fleet's capacity refuse it.
         """
         try:
-            body = json.loads(raw)
+            body = _json_body(raw)
         except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, deep nesting
             raise OrchestratorError(
                 ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
@@ -320,6 +320,17 @@ class OpenAiFrontend:
         self._models_body = json.dumps({"object": "list", "data": data}).encode()
         self._default_model = models[0] if len(models) == 1 else None
         self._models_version = table.version
+
+
+_DECODER: Final = json.JSONDecoder()
+
+
+def _json_body(raw: bytes) -> Any:
+    """`json.loads(raw)`, without its encoding sniffing when the body plainly starts as UTF-8
+    JSON (`{` then a byte that is not NUL: what `json.detect_encoding` reads as UTF-8)."""
+    if raw[:1] == b"{" and raw[1:2] not in (b"\x00", b""):
+        return _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
+    return json.loads(raw)
 
 
 def build_routes(frontend: OpenAiFrontend) -> RouteTable:
