@@ -192,10 +192,14 @@ class RouterService:
         *,
         deadline_s: float,
         key: ApiKey | None = None,
+        settle_later: bool = False,
     ) -> UpstreamReply:
         """The key's limits, then admission, then the dispatcher; raises `Refused` (429) when a
         limit or the fleet's capacity says no. The key's lease and the admission slot are held
-        until the answer's last byte (for a stream, until its relay ends).
+        until the answer's last byte (for a stream, until its relay ends). With
+        `settle_later`, a whole answer's books (its attempt, slot and lease) close when the
+        caller calls `reply.settle()`, which it must do in the same event-loop step, once the
+        answer is written (`Dispatcher.dispatch`).
 
         A request that continues a stored response goes to its holder (NOT_FOUND when gone);
         the id of every response made on `RESPONSES_PATH` is remembered with its replica.
@@ -217,7 +221,9 @@ class RouterService:
                 lease.finish(0)
             raise
         try:
-            reply = await self.dispatcher.dispatch(ctx, path, body, deadline_s=deadline_s)
+            reply = await self.dispatcher.dispatch(
+                ctx, path, body, deadline_s=deadline_s, settle_later=settle_later
+            )
         except BaseException:
             ticket.release()
             if lease is not None:
@@ -229,10 +235,19 @@ class RouterService:
             if lease is not None:
                 lease.finish(output_tokens)
 
-        if reply.chunks is None:
+        if reply.chunks is not None:
+            reply.chunks.on_end = ended
+        elif reply.settle is None:
             ended(reply.output_tokens)
         else:
-            reply.chunks.on_end = ended
+            books = reply.settle
+
+            def settle() -> int:
+                tokens = books()
+                ended(tokens)
+                return tokens
+
+            reply.settle = settle
         if path == RESPONSES_PATH and reply.status < 300:
             head = reply.body if reply.chunks is None else reply.chunks.head
             self.stored_responses.remember(response_id(head or b""), reply.replica)

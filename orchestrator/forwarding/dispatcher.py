@@ -26,21 +26,26 @@ Contract of `Dispatcher.dispatch`:
 - Cancelling the caller (a client that went away) or closing `UpstreamReply.chunks` closes the
   upstream connection at once, so the replica aborts the request.
 - FleetState sees exactly one `started` and one `finished` per attempt, whatever happens.
+- With `settle_later`, a whole answer comes back with its attempt's books still open
+  (`UpstreamReply.settle`): the caller writes the answer to its client first and then settles,
+  so the bookkeeping is not between the replica's answer and the client's. Nothing else runs
+  in between (the same event-loop step), so no other request sees the difference.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from orchestrator.core.clock import Clock, MonotonicClock
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.core.records import Replica, ReplicaState
 from orchestrator.core.slo import SloTarget
-from orchestrator.forwarding.attempts import AttemptFailed, Ledger, UpstreamErrorKind
+from orchestrator.forwarding.attempts import Attempt, AttemptFailed, Ledger, UpstreamErrorKind
 from orchestrator.forwarding.breaker import CircuitBreakers
 from orchestrator.forwarding.continuation import StreamTranscript, Transcript
 from orchestrator.forwarding.dispatch_settings import DispatchSettings
@@ -77,7 +82,9 @@ class UpstreamReply:
     """The answer to relay: `status` and `headers` as the replica sent them, and either `body`
     (a whole answer) or `chunks` (SSE bytes as they arrive). Whoever gets a reply with chunks
     must `aclose()` it once done, and at once when the client goes away. `output_tokens` is
-    the whole answer's count (a stream's is passed to `StreamRelay.on_end` when it ends)."""
+    the whole answer's count (a stream's is passed to `StreamRelay.on_end` when it ends).
+    `settle`, on a whole answer asked for with `settle_later`: close its books, once, in the
+    same event-loop step that got the reply (it returns the output tokens counted)."""
 
     status: int
     headers: Mapping[str, str]
@@ -86,6 +93,7 @@ class UpstreamReply:
     chunks: StreamRelay | None = None
     retries: int = 0
     output_tokens: int = 0
+    settle: Callable[[], int] | None = None
 
     async def aclose(self) -> None:
         if self.chunks is not None:
@@ -131,7 +139,13 @@ class Dispatcher:
         self.streams: dict[str, set[StreamRelay]] = {}  # movable streams by replica id
 
     async def dispatch(
-        self, ctx: RequestContext, path: str, body: bytes, *, deadline_s: float
+        self,
+        ctx: RequestContext,
+        path: str,
+        body: bytes,
+        *,
+        deadline_s: float,
+        settle_later: bool = False,
     ) -> UpstreamReply:
         """Forward `body` to `path` (e.g. "/v1/chat/completions") on the chosen replica.
 
@@ -161,7 +175,7 @@ class Dispatcher:
                 failures.append(UpstreamErrorKind.CIRCUIT_OPEN.value)
                 continue
             try:
-                opened = await self._attempt(replica, request, body)
+                opened = await self._attempt(replica, request, body, settle_later=settle_later)
             except AttemptFailed as failure:
                 self._ledger.upstream_error(replica, failure.kind)
                 failures.append(failure.kind.value)
@@ -246,10 +260,16 @@ class Dispatcher:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def _attempt(
-        self, replica: Replica, request: _Request, body: bytes, path: str | None = None
+        self,
+        replica: Replica,
+        request: _Request,
+        body: bytes,
+        path: str | None = None,
+        *,
+        settle_later: bool = False,
     ) -> UpstreamReply | Moved:
         """A whole answer, or a stream that started (its first bytes read); `path`: where a
-        continuation goes when it is not the request's own."""
+        continuation goes when it is not the request's own; `settle_later`: see `dispatch`."""
         path = path or request.path
         start_s = self._clock.now()
         remaining_s = request.deadline_s - start_s
@@ -282,11 +302,16 @@ class Dispatcher:
                         first = await response.read_some()
                 if not streamed:
                     data = await response.read()
-                    response.release()
-                    tokens = framing.output_tokens(data) if response.status < 300 else 0
-                    self._ledger.close(attempt, ok=True, output_tokens=tokens)
+                    count = framing.output_tokens
+                    if settle_later:
+                        handed_over = True
+                        settle = partial(self._settle, attempt, response, count, data)
+                        return UpstreamReply(
+                            response.status, headers, replica, body=data, settle=settle
+                        )
+                    tokens = self._settle(attempt, response, count, data)
                     return UpstreamReply(
-                        response.status, headers, replica, body=data, output_tokens=tokens or 0
+                        response.status, headers, replica, body=data, output_tokens=tokens
                     )
                 if not first:
                     raise AttemptFailed(UpstreamErrorKind.DISCONNECT)
@@ -312,6 +337,20 @@ class Dispatcher:
                 if response is not None:
                     response.close()
                 self._ledger.close(attempt, ok=False, output_tokens=0)
+
+    def _settle(
+        self,
+        attempt: Attempt,
+        response: UpstreamResponse,
+        count: Callable[[bytes], int | None],
+        data: bytes,
+    ) -> int:
+        """Close the books of an attempt whose whole answer was read: its connection back to
+        the pool, the attempt counted out; returns its output tokens."""
+        response.release()
+        tokens = (count(data) or 0) if response.status < 300 else 0
+        self._ledger.close(attempt, ok=True, output_tokens=tokens)
+        return tokens
 
 
 class _Mover:
@@ -358,7 +397,12 @@ class _Mover:
 
 def _passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers relayed to the client, from the replica's (lower-case names)."""
-    return {name: headers[key] for key, name in _PASSED_HEADERS if key in headers}
+    passed = {}
+    for key, name in _PASSED_HEADERS:
+        value = headers.get(key)
+        if value is not None:
+            passed[name] = value
+    return passed
 
 
 def _pinned(replica_id: str, replica: Replica | None) -> Decision:

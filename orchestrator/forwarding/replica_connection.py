@@ -10,7 +10,9 @@ outgrows its limit or bytes nobody asked for: each ends the exchange with
 `UpstreamMalformed` (a clean 502 or terminal stream event for the client) and closes the
 connection, so no byte of one answer is ever taken for part of another. Each exchange has an
 absolute deadline on the event loop's clock; when it passes, the reader gets `TimeoutError` and
-the connection is closed, so the replica stops working on the request.
+the connection is closed, so the replica stops working on the request. (One deadline timer per
+connection, moved only when an exchange must end sooner than the one it was set for: with the
+usual fixed timeout, a request costs no timer of its own.)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ MAX_HEAD_BYTES: Final = 64 * 1024  # an answer's status line and header fields, 
 MAX_INTERIM_ANSWERS: Final = 8  # 1xx answers tolerated before the real one
 _VERSIONS: Final = frozenset({"1.0", "1.1"})
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
+_NEVER: Final = float("inf")
 
 
 class _Malformed(Exception):
@@ -82,7 +85,10 @@ class ReplicaConnection(asyncio.Protocol):
         self._reusable = False
         self._paused = False
         self._draining = False  # reading the rest of a released response, to keep the connection
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # a drain's bound
+        self._deadline_s = _NEVER  # event-loop time the exchange awaiting its answer ends
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer_s = _NEVER  # when that timer fires: never after `_deadline_s`
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -115,7 +121,7 @@ class ReplicaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_timer()
+        self._stop_timers()
         if not self._expecting:
             self.home.connection_closed(self)
             return
@@ -182,8 +188,14 @@ class ReplicaConnection(asyncio.Protocol):
             if self._interim > MAX_INTERIM_ANSWERS or status == 101:
                 raise _Malformed(f"unexpected interim answers (status {status})")
             return
-        self._reusable = _keeps_alive(version, headers) and (
-            status in _NO_BODY_STATUSES or not self._ends_with_connection()
+        # (inline for the usual HTTP/1.1 answer with a length: a few calls fewer)
+        keeps_alive = (version == "1.1" and "connection" not in headers) or _keeps_alive(
+            version, headers
+        )
+        self._reusable = keeps_alive and (
+            status in _NO_BODY_STATUSES
+            or "transfer-encoding" in headers
+            or "content-length" in headers
         )
         self._response = response = UpstreamResponse(status, headers, self, self.max_answer_bytes)
         waiter, self._head_waiter = self._head_waiter, None
@@ -210,7 +222,7 @@ class ReplicaConnection(asyncio.Protocol):
         if response is None:  # an interim answer ended; the real one follows
             return
         self._complete = True
-        self._cancel_timer()
+        self._deadline_s = _NEVER
         if self._draining:
             self._stop_draining(self._reusable)
             return
@@ -239,7 +251,13 @@ class ReplicaConnection(asyncio.Protocol):
         self._in_head = True
         self._read_in_head = 0
         self._head_waiter = waiter
-        self._timer = loop.call_at(expires_at, self._expire)
+        self._deadline_s = expires_at
+        timer = self._deadline_timer
+        if timer is None or self._deadline_timer_s > expires_at:
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = loop.call_at(expires_at, self._on_deadline)
+            self._deadline_timer_s = expires_at
         try:
             if len(body) < JOIN_BODY_BELOW_BYTES:
                 transport.write(head + body)
@@ -253,6 +271,7 @@ class ReplicaConnection(asyncio.Protocol):
     def finish(self, *, reusable: bool) -> None:
         """End the exchange: back to `home`, to be reused when it ended cleanly, else closed."""
         self._cancel_timer()
+        self._deadline_s = _NEVER
         reuse = reusable and self._complete and self._reusable and not self.closed
         self._response = self._head_waiter = None
         self._expecting = False
@@ -272,6 +291,7 @@ class ReplicaConnection(asyncio.Protocol):
             self.finish(reusable=self._complete)
             return
         self._cancel_timer()
+        self._deadline_s = _NEVER
         self._draining = True
         response._pieces.clear()
         response._buffered = 0
@@ -303,8 +323,18 @@ class ReplicaConnection(asyncio.Protocol):
         else:
             self._abort()
 
-    def _expire(self) -> None:
-        self._timer = None
+    def _on_deadline(self) -> None:
+        """The deadline timer fired: end the exchange if its deadline is this one, else (set
+        for an earlier exchange) wait on for the current one's."""
+        self._deadline_timer = None
+        deadline_s = self._deadline_s
+        if deadline_s == _NEVER or self.closed:
+            return
+        if self._deadline_timer_s < deadline_s:
+            loop = asyncio.get_running_loop()
+            self._deadline_timer = loop.call_at(deadline_s, self._on_deadline)
+            self._deadline_timer_s = deadline_s
+            return
         self._fail(TimeoutError("the request's deadline passed"))
 
     def _stop_draining(self, reusable: bool) -> None:
@@ -331,7 +361,7 @@ class ReplicaConnection(asyncio.Protocol):
 
     def _abort(self) -> None:
         """Close at once: the peer sees the connection end now, not after buffered writes."""
-        self._cancel_timer()
+        self._stop_timers()
         if not self.closed:
             self.closed = True
             if self._transport is not None:
@@ -341,6 +371,13 @@ class ReplicaConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _stop_timers(self) -> None:
+        self._cancel_timer()
+        self._deadline_s = _NEVER
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
 
 
 def _keeps_alive(version: str, headers: dict[str, str]) -> bool:

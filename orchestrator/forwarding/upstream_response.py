@@ -76,7 +76,7 @@ class UpstreamResponse:
             self.outgrown()
         if not self._whole:
             self._whole = True  # reading must not pause: nothing is taken before the end
-            if self._connection is not None:
+            if self._connection is not None and not self._complete:
                 self._connection.resume()
         while not self._complete:
             if self._error is not None:

@@ -435,6 +435,34 @@ def test_no_answer_by_the_deadline_raises_timeout_and_closes_the_connection() ->
     run(test)
 
 
+async def _second_exchange_unanswered(first_timeout_s: float, second_timeout_s: float) -> None:
+    """Two exchanges on one kept connection: the first answered, the second never; the second
+    must time out at its own deadline, whatever the first one's was."""
+
+    async def script(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(whole(b"{}"))
+        await peer.request()
+        replica_saw_close.set_result(await peer.closed_by_client(within_s=5))
+
+    replica_saw_close: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    async with replica(script) as server, pool() as upstream:
+        assert await post(upstream, server.url, timeout_s=first_timeout_s) == b"{}"
+        await asyncio.sleep(0.2)
+        with takes_about(second_timeout_s), pytest.raises(TimeoutError):
+            await post(upstream, server.url, timeout_s=second_timeout_s)
+        assert await replica_saw_close
+        assert len(server.peers) == 1  # both went over the one connection
+
+
+def test_an_exchange_on_a_kept_connection_times_out_at_its_own_later_deadline() -> None:
+    run(lambda: _second_exchange_unanswered(0.4, 0.4))
+
+
+def test_an_exchange_on_a_kept_connection_times_out_at_its_own_sooner_deadline() -> None:
+    run(lambda: _second_exchange_unanswered(5.0, 0.3))
+
+
 def test_a_stream_stalled_past_its_deadline_raises_timeout_on_the_next_read() -> None:
     async def test() -> None:
         async def script(peer: Peer) -> None:

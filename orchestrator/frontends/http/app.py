@@ -158,17 +158,23 @@ class OpenAiFrontend:
         return key
 
     async def forward(
-        self, path: str, headers: Mapping[str, str], raw: bytes, key: ApiKey | None = None
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        raw: bytes,
+        key: ApiKey | None = None,
+        *,
+        settle_later: bool = False,
     ) -> UpstreamReply:
         """Route and dispatch an authorized completion request whose body is within the limit.
 
         `path` is `CHAT_PATH`, `COMPLETIONS_PATH` or `RESPONSES_PATH`; `headers` must answer
-        lower-case names.
+        lower-case names. `settle_later`: see `RouterService.dispatch`.
         Raises `OrchestratorError` for a bad body, an unknown model or no replica, `Refused`
         (429) when `key`'s limits or the fleet's capacity refuse it.
         """
         try:
-            body = json.loads(raw)
+            body = _json_body(raw)
         except (ValueError, RecursionError) as error:  # bad UTF-8 or JSON, deep nesting
             raise OrchestratorError(
                 ErrorCode.INVALID_ARGUMENT, f"invalid JSON body: {error}"
@@ -192,7 +198,9 @@ class OpenAiFrontend:
                 default_priority=service.settings.admission.default_priority,
                 classes=service.class_lanes,
             )
-        return await service.dispatch(ctx, path, raw, deadline_s=service.deadline_s(), key=key)
+        return await service.dispatch(
+            ctx, path, raw, deadline_s=service.deadline_s(), key=key, settle_later=settle_later
+        )
 
     def stream_cut(self, frontend: str = FRONTEND, relay: StreamRelay | None = None) -> bytes:
         """Count a stream cut for a slow reader; the terminal event to send it, in the framing
@@ -218,10 +226,11 @@ class OpenAiFrontend:
     async def _complete(self, request: Request, path: str) -> Answer | StreamAnswer:
         key = request.identity
         assert key is None or isinstance(key, ApiKey)
-        reply = await self.forward(path, request.headers, request.body, key)
+        # A whole answer's books close once it is written (`Answer.on_written`).
+        reply = await self.forward(path, request.headers, request.body, key, settle_later=True)
         headers = (*reply.headers.items(), (REPLICA_HEADER, reply.replica.replica_id))
         if reply.chunks is None:
-            return Answer(reply.status, reply.body or b"", None, headers)
+            return Answer(reply.status, reply.body or b"", None, headers, reply.settle)
         stream_headers = (*headers, *STREAM_HEADERS)
         cut = partial(self.stream_cut, FRONTEND, reply.chunks)
         return StreamAnswer(reply.status, reply.chunks, stream_headers, cut)
@@ -311,6 +320,17 @@ class OpenAiFrontend:
         self._models_body = json.dumps({"object": "list", "data": data}).encode()
         self._default_model = models[0] if len(models) == 1 else None
         self._models_version = table.version
+
+
+_DECODER: Final = json.JSONDecoder()
+
+
+def _json_body(raw: bytes) -> Any:
+    """`json.loads(raw)`, without its encoding sniffing when the body plainly starts as UTF-8
+    JSON (`{` then a byte that is not NUL: what `json.detect_encoding` reads as UTF-8)."""
+    if raw[:1] == b"{" and raw[1:2] not in (b"\x00", b""):
+        return _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
+    return json.loads(raw)
 
 
 def build_routes(frontend: OpenAiFrontend) -> RouteTable:

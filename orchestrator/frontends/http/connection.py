@@ -286,7 +286,11 @@ class HttpConnection(asyncio.Protocol):
                     await self._relay(answer, pending.keep_alive, pending.http10)
                 else:
                     status = answer.status
-                    self._write_whole(answer, pending.keep_alive, pending.http10)
+                    try:
+                        self._write_whole(answer, pending.keep_alive, pending.http10)
+                    finally:
+                        if answer.on_written is not None:
+                            answer.on_written()
             except (ConnectionResetError, asyncio.CancelledError):
                 raise
             except Exception as raised:

@@ -20,7 +20,9 @@ def answer_head(status: int, fields: bytes, date: bytes, keep_alive: bool) -> by
 def whole_answer(
     answer: Answer, date: bytes, keep_alive: bool, http10: bool, closing: bool
 ) -> bytes:
-    fields = b"".join(header_field(name, value) for name, value in answer.headers)
+    fields = b""
+    for name, value in answer.headers:  # a loop, not a generator: a few calls fewer
+        fields += header_field(name, value)
     if answer.content_type is not None:
         fields += b"Content-Type: " + answer.content_type.encode("latin-1") + b"\r\n"
     if http10 and keep_alive:

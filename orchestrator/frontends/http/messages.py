@@ -45,12 +45,16 @@ class Request:
 
 @dataclass(slots=True)
 class Answer:
-    """A whole answer; `headers` must not carry framing fields (the connection adds them)."""
+    """A whole answer; `headers` must not carry framing fields (the connection adds them).
+    `on_written`: called once the answer is written (or could not be, the client gone), in
+    the same event-loop step: what the request still has to count and give back, kept off
+    the time between the replica's answer and the client's."""
 
     status: int
     body: bytes = b""
     content_type: str | None = JSON
     headers: Fields = ()
+    on_written: Callable[[], object] | None = None
 
     @classmethod
     def json(cls, payload: Any, status: int = 200, headers: Fields = ()) -> Answer:

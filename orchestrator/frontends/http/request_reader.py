@@ -70,6 +70,9 @@ class RequestReader:
         self.parser = httptools.HttpRequestParser(self)
         self._url: list[bytes] = []
         self._url_bytes = 0
+        self._method = ""  # these three once the head is whole
+        self._target = b""
+        self._path = ""
         self._headers: dict[str, str] = {}
         self._repeated: dict[str, list[str]] = {}
         self._fields = 0
@@ -148,8 +151,10 @@ class RequestReader:
             headers[key] = ", ".join(values)
         self.http10 = version == "1.0"
         self._keep_alive = _keeps_alive(version, headers.get("connection"))
-        method = parser.get_method().decode("ascii")
-        path = path_of(b"".join(self._url))
+        self._method = method = parser.get_method().decode("ascii")
+        url = self._url
+        self._target = target = url[0] if len(url) == 1 else b"".join(url)
+        self._path = path = path_of(target)
         if self.http10 is False and "host" not in headers:
             raise _refuse(400, ErrorCode.INVALID_ARGUMENT, "an HTTP/1.1 request needs a Host")
         if "host" in self._repeated:
@@ -196,12 +201,11 @@ class RequestReader:
         if self._early is not None or match is None:
             pending = Pending(None, None, self._early, self._keep_alive, self.http10)
         else:
-            target = b"".join(self._url)
-            query = target.partition(b"?")[2].decode("latin-1")
+            query = self._target.partition(b"?")[2].decode("latin-1")
             body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
             request = Request(
-                self.parser.get_method().decode("ascii"),
-                path_of(target),
+                self._method,
+                self._path,
                 query,
                 self._headers,
                 body,
