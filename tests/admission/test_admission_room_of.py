@@ -3,6 +3,7 @@ whether a request fits is stretched by the capacity factor as the fleet-wide lim
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from orchestrator.admission.settings import AdmissionSettings
@@ -46,3 +47,19 @@ def test_the_capacity_factor_stretches_each_replicas_free_room_too() -> None:
     stretched = doubled.room_of(MODEL, INTERACTIVE)
     assert stretched is not None
     assert stretched.free == math.floor(2 * sequences) - math.floor(sequences)
+
+
+def test_the_room_follows_the_table_a_draining_or_new_replica_leaves_or_joins_it_at_once() -> None:
+    service, replica = _service(1.0)
+    one = service.room_of(MODEL, INTERACTIVE)
+    assert one is not None
+    second = dataclasses.replace(replica, replica_id="r2", url="http://127.0.0.1:10")
+    service.table.replace(RoutingTable(2, (replica, second), {"kr": Site("kr", {})}))
+    two = service.room_of(MODEL, INTERACTIVE)
+    assert two is not None and two.capacity == 2 * one.capacity
+    draining = dataclasses.replace(second, state=ReplicaState.DRAINING)
+    service.table.replace(RoutingTable(3, (replica, draining), {"kr": Site("kr", {})}))
+    back = service.room_of(MODEL, INTERACTIVE)
+    assert back is not None and back.capacity == one.capacity
+    service.fleet.circuit_changed("r", True)
+    assert service.room_of(MODEL, INTERACTIVE) is None  # its one ready replica's circuit is open
