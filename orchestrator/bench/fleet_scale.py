@@ -5,8 +5,8 @@ that scrapes each engine once and streams the load in the routing table, side by
     python -m orchestrator.bench.fleet_scale [--replicas 8,128,512] [--repeat 2] [--idle 10]
         [--duration 5] [--routers 4] [--before DIR] [--json results.json]
 
-`--before DIR` adds the router of another checkout (the code before the load moved into the
-table: `git archive main | tar -x -C DIR`), scraping every replica every second, as a third row.
+`--before DIR` adds the router of another checkout (`git archive main | tar -x -C DIR`), scraping
+every replica itself and following this tree's control plane, a row beside each of this tree's.
 
 The replicas are instant engines, many per process (`static_backend --count N --vllm-page`), each
 serving a vLLM-sized `/metrics` page (gauges, counters, a dozen histograms: about 35 KB). Per fleet
@@ -182,28 +182,45 @@ def scale_rows(
             rows.append(ScaleRow(mode, count, idle, health, rate, cost,
                                  load_average=os.getloadavg()[0]))  # fmt: skip
         with control_plane(urls, namespace) as (cp_port, cp_pids):
-            port, metrics_port = free_port(), free_port()
-            argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
-            with router(argv, port, workdir / f"router-cp-{count}.log") as (url, pid):
-                time.sleep(3.0)
-                shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
-                health = health_p99_ms(url)
-                rate, cost = completions_per_s(url, pid, duration_s, workdir)
-                age = histogram_p99(
-                    metric_samples(metrics_port), "orchestrator_router_decision_load_age_seconds"
-                )
-        scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
-        rows.append(
-            ScaleRow(
-                "follows control plane", count, shares["router"], health, rate, cost,
-                decision_load_age_p99_s=age,
-                control_plane_cpu=sum(v for k, v in shares.items() if k != "router"),
-                registry_cpu=shares["registry"], server_cpu=shares["server"],
-                busiest_scraper_cpu=max(scrapers), scrapers=len(scrapers),
-                load_average=os.getloadavg()[0],
-            )
-        )  # fmt: skip
+            for mode, checkout in [(m.replace("scrapes itself", "follows control plane"), c)
+                                   for m, c in checkouts]:  # fmt: skip
+                rows.append(_following_row(mode, count, cp_port, cp_pids, idle_s=idle_s,
+                                           duration_s=duration_s, workdir=workdir,
+                                           checkout=checkout))  # fmt: skip
     return rows
+
+
+def _following_row(
+    mode: str,
+    count: int,
+    cp_port: int,
+    cp_pids: dict[str, int],
+    *,
+    idle_s: float,
+    duration_s: float,
+    workdir: Path,
+    checkout: Path | None,
+) -> ScaleRow:
+    """A router (of `checkout`, else this tree) following the control plane at `cp_port`."""
+    port, metrics_port = free_port(), free_port()
+    argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
+    with router(argv, port, workdir / f"router-cp-{count}.log", checkout) as (url, pid):
+        time.sleep(3.0)
+        shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
+        health = health_p99_ms(url)
+        rate, cost = completions_per_s(url, pid, duration_s, workdir)
+        age = histogram_p99(
+            metric_samples(metrics_port), "orchestrator_router_decision_load_age_seconds"
+        )
+    scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
+    return ScaleRow(
+        mode, count, shares["router"], health, rate, cost,
+        decision_load_age_p99_s=age,
+        control_plane_cpu=sum(v for k, v in shares.items() if k != "router"),
+        registry_cpu=shares["registry"], server_cpu=shares["server"],
+        busiest_scraper_cpu=max(scrapers), scrapers=len(scrapers),
+        load_average=os.getloadavg()[0],
+    )  # fmt: skip
 
 
 def spread_rows(
@@ -279,22 +296,24 @@ def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) ->
     )
 
 
-def _fmt(value: float | None, pattern: str) -> str:
-    return "-" if value is None else format(value, pattern)
+def _fmt(value: float | None, pattern: str, width: int) -> str:
+    """`value` in `pattern`, or a dash for none, right-aligned in `width` characters."""
+    return format("-" if value is None else format(value, pattern), f">{width}")
 
 
 def format_scale(rows: Sequence[ScaleRow]) -> str:
-    header = (f"{'mode':<22} {'replicas':>8} {'router idle':>11} {'/health p99':>11} "
+    header = (f"{'mode':<30} {'replicas':>8} {'router idle':>11} {'/health p99':>11} "
               f"{'req/s':>7} {'µs/req':>6} {'load age p99':>12} {'CP CPU':>7} {'registry':>8} "
               f"{'server':>7} {'scraper max':>11} {'load avg':>8}")  # fmt: skip
     lines = [header, "-" * len(header)]
     for r in rows:
+        age = r.decision_load_age_p99_s
         lines.append(
-            f"{r.mode:<22} {r.replicas:>8} {r.router_idle_cpu:>10.1%} {r.health_p99_ms:>9.1f}ms "
+            f"{r.mode:<30} {r.replicas:>8} {r.router_idle_cpu:>10.1%} {r.health_p99_ms:>9.1f}ms "
             f"{r.requests_per_s:>7.0f} {r.router_us_per_request:>6.0f} "
-            f"{_fmt(r.decision_load_age_p99_s, '>11.2f')}s "
-            f"{_fmt(r.control_plane_cpu, '>7.0%')} {_fmt(r.registry_cpu, '>8.0%')} "
-            f"{_fmt(r.server_cpu, '>7.0%')} {_fmt(r.busiest_scraper_cpu, '>11.0%')} "
+            f"{_fmt(age, '.2f', 11)}{' ' if age is None else 's'} "
+            f"{_fmt(r.control_plane_cpu, '.0%', 7)} {_fmt(r.registry_cpu, '.0%', 8)} "
+            f"{_fmt(r.server_cpu, '.0%', 7)} {_fmt(r.busiest_scraper_cpu, '.0%', 11)} "
             f"{r.load_average:>8.1f}"
         )
     return "\n".join(lines)
