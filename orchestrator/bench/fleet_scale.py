@@ -36,6 +36,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -264,6 +265,39 @@ def uneven_split(total: int, parts: int) -> list[int]:
     return shares
 
 
+def independent_floor_cv(
+    shares: Sequence[int], replicas: int, *, trials: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """References for the spread's CV with these connections per router: (each router spreading
+    its own requests perfectly evenly, where its remainder lands drawn at random, as routers that
+    share no decisions draw it; every request placed uniformly at random, as with no load signal
+    at all). One router holding every connection spreads exactly (0.0). `wrk`'s closed loop
+    finishes and restarts every router's requests in the same wave, and no router learns where
+    the others' requests of a wave went before the next report, so the first figure is what
+    routers balancing on reports reach at best in this load. Means over `trials` seeded draws:
+    the same figures every run."""
+    rng = random.Random(seed)
+
+    def cv(counts: list[int]) -> float:
+        return statistics.pstdev(counts) / statistics.fmean(counts)
+
+    even, uniform = [], []
+    for _ in range(trials):
+        counts = [0] * replicas
+        for share in shares:
+            base, extra = divmod(share, replicas)
+            for index in range(replicas):
+                counts[index] += base
+            for index in rng.sample(range(replicas), extra):
+                counts[index] += 1
+        even.append(cv(counts))
+        counts = [0] * replicas
+        for _ in range(sum(shares)):
+            counts[rng.randrange(replicas)] += 1
+        uniform.append(cv(counts))
+    return statistics.fmean(even), statistics.fmean(uniform)
+
+
 def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) -> SpreadRow:
     """`routers`: each one's URL and metrics port."""
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
@@ -394,6 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nIn-flight spread over {SPREAD_REPLICAS} equal replicas holding each request "
           f"{SPREAD_DELAY_MS} ms, {SPREAD_CONNECTIONS} connections in all, each run:")  # fmt: skip
     print(format_spread([row for spread in spreads for row in spread]))
+    split = uneven_split(SPREAD_CONNECTIONS, args.routers)
+    floor, uniform = independent_floor_cv(split, SPREAD_REPLICAS)
+    print(f"Routers that share no decisions ({'/'.join(map(str, split))} connections), CV: "
+          f"{floor:.2f} each spreading its own evenly, {uniform:.2f} placed at random")  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps({
             "scale": [[asdict(r) for r in run] for run in runs],
