@@ -137,6 +137,7 @@ class RouterService:
         self._ready: tuple[RoutingTable, dict[str, tuple[ReplicaStats, ...]]] | None = None
         # per replica with a report since the table changed: its circuit and capacity gauges
         self._load_gauges: dict[str, tuple[Gauge, Gauge]] = {}
+        self._routable_counted: tuple[RoutingTable, int] | None = None  # (table, circuit changes)
 
     @classmethod
     def from_config(
@@ -386,7 +387,11 @@ class RouterService:
             gauges[0].set(1 if stats.circuit_open else 0)
             gauges[1].set(stats.capacity_tokens_per_s)
         self.fleet.reports_taken(now_s)
-        self.metrics.count_routable(self.fleet.routable_per_model(self.table.snapshot().replicas))
+        table = self.table.snapshot()
+        counted = (table, self.fleet.circuit_changes)
+        if self._routable_counted != counted:  # the same table and circuits count the same
+            self._routable_counted = counted
+            self.metrics.count_routable(self.fleet.routable_per_model(table.replicas))
 
     def _replicas_by_id(self) -> dict[str, Replica]:
         """The current table's replicas by id, with their stats made (once per table)."""
