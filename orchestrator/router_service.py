@@ -20,7 +20,7 @@ import logging
 import math
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from orchestrator.admission.controller import AdmissionController, FleetRoom
 from orchestrator.admission.keys import ApiKey, KeyAuthority
@@ -49,6 +49,7 @@ from orchestrator.routing.context import RequestContext, class_lanes
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.profile import Profile
+from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import load_replicas_file
@@ -134,6 +135,10 @@ class RouterService:
         self.api_keys: KeyAuthority | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._indexed: tuple[RoutingTable, dict[str, Replica]] | None = None
+        self._ready: tuple[RoutingTable, dict[str, tuple[ReplicaStats, ...]]] | None = None
+        # per replica with a report since the table changed: its circuit and capacity gauges
+        self._load_gauges: dict[str, tuple[Gauge, Gauge]] = {}
+        self._routable_counted: tuple[RoutingTable, int] | None = None  # (table, circuit changes)
 
     @classmethod
     def from_config(
@@ -320,35 +325,47 @@ class RouterService:
         one on a replica within the target binding there, its room scaled by the admission's
         capacity factor as the fleet-wide limit is (on a replica reserved for a tighter class,
         only what that class leaves: `ReplicaStats.room_for_looser`)."""
-        table = self.table.snapshot()
         tpot_s = self.slo.target(model, slo_class).tpot_s
         factor = self.settings.admission.capacity_factor
         capacity = reserved = free = free_reserved = 0.0
         others = 0
-        for candidate in self.fleet.candidates(table):
-            replica, stats = candidate.replica, candidate.stats
-            if replica.model != model or replica.state is not ReplicaState.READY:
-                continue
+        for stats in self._ready_stats(model):
             if stats.circuit_open:
                 continue
-            sequences = stats.concurrency_capacity(stats.binding_tpot_s(tpot_s))
+            tightest = stats.tightest_tpot_s  # `stats.binding_tpot_s(tpot_s)`, inlined
+            if stats.reserved_tpot_s < tightest:
+                tightest = stats.reserved_tpot_s
+            sequences = stats.concurrency_capacity(tightest if tightest < tpot_s else tpot_s)
             capacity += sequences
-            if stats.reserved_tpot_s == tpot_s:
+            held = stats.reserved_tpot_s == tpot_s
+            if held:
                 reserved += sequences
-            running = stats.in_flight + stats.others_in_flight()
-            others += stats.others_in_flight()
-            room = sequences * factor - running
+            others += stats.others
+            room = sequences * factor - stats.in_flight - stats.others
             if stats.reserved_tpot_s < tpot_s:  # held for a tighter class: what it leaves
                 room = min(room, stats.room_for_looser(factor))
-            elif stats.reserved_tpot_s == tpot_s and stats.queued_behind_looser():
+            elif held and stats.queued_behind_looser():
                 room = 0.0  # not until its engine's queue of looser work is through
             if room >= 1.0:
                 free += math.floor(room)
-                if stats.reserved_tpot_s == tpot_s:
+                if held:
                     free_reserved += math.floor(room)
         if reserved > 0:  # routing sends this class only there (filter `slo-reserved`)
             free = free_reserved
         return FleetRoom(capacity, others, reserved, free) if capacity > 0 else None
+
+    def _ready_stats(self, model: str) -> tuple[ReplicaStats, ...]:
+        """The stats of `model`'s ready replicas in the current table, listed once per table: the
+        room is read twenty times a second per class, and at 512 replicas walking the whole
+        table for it cost more than a routing decision."""
+        table = self.table.snapshot()
+        if self._ready is None or self._ready[0] is not table:
+            by_model: dict[str, list[ReplicaStats]] = {}
+            for candidate in self.fleet.candidates(table):
+                if candidate.replica.state is ReplicaState.READY:
+                    by_model.setdefault(candidate.replica.model, []).append(candidate.stats)
+            self._ready = (table, {m: tuple(stats) for m, stats in by_model.items()})
+        return self._ready[1].get(model, ())
 
     def models(self) -> list[str]:
         """Models served by the current table, sorted."""
@@ -384,12 +401,22 @@ class RouterService:
             if report.capacity_tokens_per_s is not None:
                 stats.capacity_tokens_per_s = report.capacity_tokens_per_s
             self.breakers.health_checked(report.replica_id, True)
-            self.metrics.circuit_open.labels(report.replica_id).set(1 if stats.circuit_open else 0)
-            self.metrics.capacity.labels(
-                replica.site, replica.pool, replica.generation.value, replica.replica_id
-            ).set(stats.capacity_tokens_per_s)
+            gauges = self._load_gauges.get(report.replica_id)
+            if gauges is None:
+                gauges = self._load_gauges[report.replica_id] = (
+                    self.metrics.circuit_open.labels(report.replica_id),
+                    self.metrics.capacity.labels(
+                        replica.site, replica.pool, replica.generation.value, replica.replica_id
+                    ),
+                )
+            gauges[0].set(1 if stats.circuit_open else 0)
+            gauges[1].set(stats.capacity_tokens_per_s)
         self.fleet.reports_taken(now_s)
-        self.metrics.count_routable(self.fleet.routable_per_model(self.table.snapshot().replicas))
+        table = self.table.snapshot()
+        counted = (table, self.fleet.circuit_changes)
+        if self._routable_counted != counted:  # the same table and circuits count the same
+            self._routable_counted = counted
+            self.metrics.count_routable(self.fleet.routable_per_model(table.replicas))
 
     def _replicas_by_id(self) -> dict[str, Replica]:
         """The current table's replicas by id, with their stats made (once per table)."""
@@ -397,6 +424,7 @@ class RouterService:
         if self._indexed is None or self._indexed[0] is not table:
             self.fleet.sync(table)
             self._indexed = (table, {r.replica_id: r for r in table.replicas})
+            self._load_gauges = {}
         return self._indexed[1]
 
     async def _follow_table(self) -> None:

@@ -5,14 +5,16 @@ that scrapes each engine once and streams the load in the routing table, side by
     python -m orchestrator.bench.fleet_scale [--replicas 8,128,512] [--repeat 2] [--idle 10]
         [--duration 5] [--routers 4] [--before DIR] [--json results.json]
 
-`--before DIR` adds the router of another checkout (the code before the load moved into the
-table: `git archive main | tar -x -C DIR`), scraping every replica every second, as a third row.
+`--before DIR` adds the router of another checkout (`git archive main | tar -x -C DIR`), scraping
+every replica itself and following this tree's control plane, a row beside each of this tree's.
 
 The replicas are instant engines, many per process (`static_backend --count N --vllm-page`), each
 serving a vLLM-sized `/metrics` page (gauges, counters, a dozen histograms: about 35 KB). Per fleet
 size and mode it measures the router's CPU while idle (share of one core, from /proc), `/health`
 latency while it watches the fleet (p99 of 100 sequential requests), non-streaming completions/s
-at 32 connections (`wrk`), and, following the control plane, the p99 age of the load report each
+at 32 connections (`wrk`) and the router's CPU (user + system) per completion meanwhile (the
+figure that tells the router's own cost from the machine's: completions/s falls with either), and,
+following the control plane, the p99 age of the load report each
 decision used (the router's `orchestrator_router_decision_load_age_seconds`) and the CPU of each
 control-plane process: the registry actor, the gRPC server (this process), and the scrapers, one
 `ExternalCheckerActor` per 64 replicas (one per node of 8 × 8 GPUs; the replica actors of a Ray
@@ -32,7 +34,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -50,6 +54,7 @@ from orchestrator.bench.process_probes import (
     health_p99_ms,
     histogram_p99,
     metric_samples,
+    session_cpu_seconds,
 )
 from orchestrator.bench.processes import child, free_port, wait_http
 from orchestrator.bench.watched_fleet import MODEL, control_plane, engines, replicas_file
@@ -71,6 +76,7 @@ class ScaleRow:
     router_idle_cpu: float  # share of one core
     health_p99_ms: float
     requests_per_s: float
+    router_us_per_request: float  # the router's CPU (user + system) during wrk, per completion
     decision_load_age_p99_s: float | None = None
     control_plane_cpu: float | None = None  # all its processes together, share of one core
     registry_cpu: float | None = None
@@ -123,28 +129,32 @@ def router(
 
 def measure_router(
     url: str, pid: int, *, idle_s: float, duration_s: float, workdir: Path
-) -> tuple[float, float, float]:
-    """Idle CPU share, /health p99 ms and completions/s."""
+) -> tuple[float, float, float, float]:
+    """Idle CPU share, /health p99 ms, completions/s and the router's CPU µs per completion."""
     time.sleep(3.0)  # past the first round of scrapes or the first snapshot
     idle = cpu_shares({"router": pid}, idle_s)["router"]
     health = health_p99_ms(url)
-    return idle, health, completions_per_s(url, duration_s, workdir)
+    return idle, health, *completions_per_s(url, pid, duration_s, workdir)
 
 
-def completions_per_s(url: str, duration_s: float, workdir: Path) -> float:
-    """wrk's rate at `CONNECTIONS`; a router too slow to answer within wrk's timeout counts only
-    the completions that did come back."""
+def completions_per_s(url: str, pid: int, duration_s: float, workdir: Path) -> tuple[float, float]:
+    """wrk's rate at `CONNECTIONS`, and the CPU (user + system) the router `pid` and its session
+    spent meanwhile per completion: what the router costs per request, which the machine's other
+    load moves far less than the rate. A router too slow to answer within wrk's timeout counts
+    only the completions that did come back."""
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
     command = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration_s:g}s", "--timeout", "10s",
                "-s", str(script), f"{url}/v1/completions"]  # fmt: skip
     subprocess.run([*command[:3], "-d1s", *command[4:]], capture_output=True, timeout=90)
+    cpu_before = session_cpu_seconds(pid)
     output = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 90)
+    cpu_s = session_cpu_seconds(pid) - cpu_before
     found = re.search(r"(\d+) requests in ([\d.]+)s", output.stdout)
     timeouts = re.search(r"timeout (\d+)", output.stdout)
     if found is None:
         raise RuntimeError(f"wrk printed no count against {url}:\n{output.stdout}")
-    done = int(found.group(1)) - (int(timeouts.group(1)) if timeouts else 0)
-    return max(0, done) / float(found.group(2))
+    done = max(0, int(found.group(1)) - (int(timeouts.group(1)) if timeouts else 0))
+    return done / float(found.group(2)), (cpu_s / done * 1e6 if done else math.inf)
 
 
 def scale_rows(
@@ -167,34 +177,51 @@ def scale_rows(
                                metrics_port=None if checkout else 0)  # fmt: skip
             log = workdir / f"router-file-{count}.log"
             with router(argv, port, log, checkout) as (url, pid):
-                idle, health, rate = measure_router(
+                idle, health, rate, cost = measure_router(
                     url, pid, idle_s=idle_s, duration_s=duration_s, workdir=workdir
                 )
-            rows.append(ScaleRow(mode, count, idle, health, rate,
+            rows.append(ScaleRow(mode, count, idle, health, rate, cost,
                                  load_average=os.getloadavg()[0]))  # fmt: skip
         with control_plane(urls, namespace) as (cp_port, cp_pids):
-            port, metrics_port = free_port(), free_port()
-            argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
-            with router(argv, port, workdir / f"router-cp-{count}.log") as (url, pid):
-                time.sleep(3.0)
-                shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
-                health = health_p99_ms(url)
-                rate = completions_per_s(url, duration_s, workdir)
-                age = histogram_p99(
-                    metric_samples(metrics_port), "orchestrator_router_decision_load_age_seconds"
-                )
-        scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
-        rows.append(
-            ScaleRow(
-                "follows control plane", count, shares["router"], health, rate,
-                decision_load_age_p99_s=age,
-                control_plane_cpu=sum(v for k, v in shares.items() if k != "router"),
-                registry_cpu=shares["registry"], server_cpu=shares["server"],
-                busiest_scraper_cpu=max(scrapers), scrapers=len(scrapers),
-                load_average=os.getloadavg()[0],
-            )
-        )  # fmt: skip
+            for mode, checkout in [(m.replace("scrapes itself", "follows control plane"), c)
+                                   for m, c in checkouts]:  # fmt: skip
+                rows.append(_following_row(mode, count, cp_port, cp_pids, idle_s=idle_s,
+                                           duration_s=duration_s, workdir=workdir,
+                                           checkout=checkout))  # fmt: skip
     return rows
+
+
+def _following_row(
+    mode: str,
+    count: int,
+    cp_port: int,
+    cp_pids: dict[str, int],
+    *,
+    idle_s: float,
+    duration_s: float,
+    workdir: Path,
+    checkout: Path | None,
+) -> ScaleRow:
+    """A router (of `checkout`, else this tree) following the control plane at `cp_port`."""
+    port, metrics_port = free_port(), free_port()
+    argv = router_argv(port, control_plane=cp_port, metrics_port=metrics_port)
+    with router(argv, port, workdir / f"router-cp-{count}.log", checkout) as (url, pid):
+        time.sleep(3.0)
+        shares = cpu_shares({**cp_pids, "router": pid}, idle_s)
+        health = health_p99_ms(url)
+        rate, cost = completions_per_s(url, pid, duration_s, workdir)
+        age = histogram_p99(
+            metric_samples(metrics_port), "orchestrator_router_decision_load_age_seconds"
+        )
+    scrapers = [v for k, v in shares.items() if k.startswith("scraper-")]
+    return ScaleRow(
+        mode, count, shares["router"], health, rate, cost,
+        decision_load_age_p99_s=age,
+        control_plane_cpu=sum(v for k, v in shares.items() if k != "router"),
+        registry_cpu=shares["registry"], server_cpu=shares["server"],
+        busiest_scraper_cpu=max(scrapers), scrapers=len(scrapers),
+        load_average=os.getloadavg()[0],
+    )  # fmt: skip
 
 
 def spread_rows(
@@ -238,6 +265,39 @@ def uneven_split(total: int, parts: int) -> list[int]:
     return shares
 
 
+def independent_floor_cv(
+    shares: Sequence[int], replicas: int, *, trials: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """References for the spread's CV with these connections per router: (each router spreading
+    its own requests perfectly evenly, where its remainder lands drawn at random, as routers that
+    share no decisions draw it; every request placed uniformly at random, as with no load signal
+    at all). One router holding every connection spreads exactly (0.0). `wrk`'s closed loop
+    finishes and restarts every router's requests in the same wave, and no router learns where
+    the others' requests of a wave went before the next report, so the first figure is what
+    routers balancing on reports reach at best in this load. Means over `trials` seeded draws:
+    the same figures every run."""
+    rng = random.Random(seed)
+
+    def cv(counts: list[int]) -> float:
+        return statistics.pstdev(counts) / statistics.fmean(counts)
+
+    even, uniform = [], []
+    for _ in range(trials):
+        counts = [0] * replicas
+        for share in shares:
+            base, extra = divmod(share, replicas)
+            for index in range(replicas):
+                counts[index] += base
+            for index in rng.sample(range(replicas), extra):
+                counts[index] += 1
+        even.append(cv(counts))
+        counts = [0] * replicas
+        for _ in range(sum(shares)):
+            counts[rng.randrange(replicas)] += 1
+        uniform.append(cv(counts))
+    return statistics.fmean(even), statistics.fmean(uniform)
+
+
 def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) -> SpreadRow:
     """`routers`: each one's URL and metrics port."""
     script = wrk_script(workdir / "plain.lua", MODEL, stream=False)
@@ -270,21 +330,24 @@ def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) ->
     )
 
 
-def _fmt(value: float | None, pattern: str) -> str:
-    return "-" if value is None else format(value, pattern)
+def _fmt(value: float | None, pattern: str, width: int) -> str:
+    """`value` in `pattern`, or a dash for none, right-aligned in `width` characters."""
+    return format("-" if value is None else format(value, pattern), f">{width}")
 
 
 def format_scale(rows: Sequence[ScaleRow]) -> str:
-    header = (f"{'mode':<22} {'replicas':>8} {'router idle':>11} {'/health p99':>11} "
-              f"{'req/s':>7} {'load age p99':>12} {'CP CPU':>7} {'registry':>8} {'server':>7} "
-              f"{'scraper max':>11} {'load avg':>8}")  # fmt: skip
+    header = (f"{'mode':<30} {'replicas':>8} {'router idle':>11} {'/health p99':>11} "
+              f"{'req/s':>7} {'µs/req':>6} {'load age p99':>12} {'CP CPU':>7} {'registry':>8} "
+              f"{'server':>7} {'scraper max':>11} {'load avg':>8}")  # fmt: skip
     lines = [header, "-" * len(header)]
     for r in rows:
+        age = r.decision_load_age_p99_s
         lines.append(
-            f"{r.mode:<22} {r.replicas:>8} {r.router_idle_cpu:>10.1%} {r.health_p99_ms:>9.1f}ms "
-            f"{r.requests_per_s:>7.0f} {_fmt(r.decision_load_age_p99_s, '>11.2f')}s "
-            f"{_fmt(r.control_plane_cpu, '>7.0%')} {_fmt(r.registry_cpu, '>8.0%')} "
-            f"{_fmt(r.server_cpu, '>7.0%')} {_fmt(r.busiest_scraper_cpu, '>11.0%')} "
+            f"{r.mode:<30} {r.replicas:>8} {r.router_idle_cpu:>10.1%} {r.health_p99_ms:>9.1f}ms "
+            f"{r.requests_per_s:>7.0f} {r.router_us_per_request:>6.0f} "
+            f"{_fmt(age, '.2f', 11)}{' ' if age is None else 's'} "
+            f"{_fmt(r.control_plane_cpu, '.0%', 7)} {_fmt(r.registry_cpu, '.0%', 8)} "
+            f"{_fmt(r.server_cpu, '.0%', 7)} {_fmt(r.busiest_scraper_cpu, '.0%', 11)} "
             f"{r.load_average:>8.1f}"
         )
     return "\n".join(lines)
@@ -365,6 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nIn-flight spread over {SPREAD_REPLICAS} equal replicas holding each request "
           f"{SPREAD_DELAY_MS} ms, {SPREAD_CONNECTIONS} connections in all, each run:")  # fmt: skip
     print(format_spread([row for spread in spreads for row in spread]))
+    split = uneven_split(SPREAD_CONNECTIONS, args.routers)
+    floor, uniform = independent_floor_cv(split, SPREAD_REPLICAS)
+    print(f"Routers that share no decisions ({'/'.join(map(str, split))} connections), CV: "
+          f"{floor:.2f} each spreading its own evenly, {uniform:.2f} placed at random")  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps({
             "scale": [[asdict(r) for r in run] for run in runs],

@@ -55,6 +55,7 @@ class FleetState:
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
         self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
         self._not_ready: set[str] = set()  # replicas the table has draining (never reserved)
+        self.circuit_changes = 0  # circuits opened or closed so far (what is routable moved)
 
     def sync(self, table: RoutingTable) -> None:
         """Match the stats to `table`'s replicas (called whenever the table changes)."""
@@ -121,6 +122,7 @@ class FleetState:
         if stats is None or stats.circuit_open is is_open:
             return
         stats.circuit_open = is_open
+        self.circuit_changes += 1
         if self.reservation is NO_RESERVATION:
             return
         if not is_open or stats.reserved_tpot_s == self.reservation.tpot_s:

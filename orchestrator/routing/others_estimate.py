@@ -86,24 +86,36 @@ class OthersEstimate:
         if keep_from > 1:
             del totals[: keep_from - 1]
         by_model: dict[str, list[tuple[str, int, float]]] = {}
-        scraped = []
-        for replica_id, (others, at_s) in list(self._reported.items()):
+        others_by_model: dict[str, int] = {}
+        scraped: list[float] = []
+        oldest_s = now_s - self._window_s
+        reported = self._reported
+        gone = []
+        for replica_id, (others, at_s) in reported.items():  # once per report batch: kept lean
             replica = stats.get(replica_id)
-            if at_s < now_s - self._window_s or replica is None:
-                del self._reported[replica_id]  # read too long ago to set against our totals
+            if at_s < oldest_s or replica is None:
+                gone.append(replica_id)  # read too long ago to set against our totals
                 continue
             model = ready_models.get(replica_id)
-            if model is None or replica.load is None or not replica.load_known(now_s):
+            # ready, with a load that is known now (`ReplicaStats.load_known`)
+            if model is None or replica.load is None or now_s > replica.load_known_until_s:
                 continue
-            by_model.setdefault(model, []).append(
-                (replica_id, others, replica.capacity_tokens_per_s)
-            )
+            members = by_model.get(model)
+            if members is None:
+                members = by_model[model] = []
+                others_by_model[model] = 0
+            members.append((replica_id, others, replica.capacity_tokens_per_s))
+            others_by_model[model] += others
             scraped.append(at_s)
+        for replica_id in gone:
+            del reported[replica_id]
         self._deviations = {}
         if not scraped:
             return
-        for members in by_model.values():
-            total_others = sum(others for _, others, _ in members)
+        for model, members in by_model.items():
+            total_others = others_by_model[model]
+            if total_others == 0:  # every share 0 and every replica at it (a router alone)
+                continue
             total_capacity = sum(capacity for _, _, capacity in members)
             for replica_id, others, capacity in members:
                 if total_capacity > 0:

@@ -3,6 +3,7 @@ whether a request fits is stretched by the capacity factor as the fleet-wide lim
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from orchestrator.admission.settings import AdmissionSettings
@@ -82,3 +83,19 @@ def test_a_looser_class_counts_only_what_the_tight_class_leaves_on_a_reserved_re
     service.fleet.reported(replica.replica_id, ReplicaLoad(6, 10, 0.5), now_s=0.0)
     queued = service.room_of(MODEL, INTERACTIVE)
     assert queued is not None and queued.free == 0
+
+
+def test_the_room_follows_the_table_a_draining_or_new_replica_leaves_or_joins_it_at_once() -> None:
+    service, replica = _service(1.0)
+    one = service.room_of(MODEL, INTERACTIVE)
+    assert one is not None
+    second = dataclasses.replace(replica, replica_id="r2", url="http://127.0.0.1:10")
+    service.table.replace(RoutingTable(2, (replica, second), {"kr": Site("kr", {})}))
+    two = service.room_of(MODEL, INTERACTIVE)
+    assert two is not None and two.capacity == 2 * one.capacity
+    draining = dataclasses.replace(second, state=ReplicaState.DRAINING)
+    service.table.replace(RoutingTable(3, (replica, draining), {"kr": Site("kr", {})}))
+    back = service.room_of(MODEL, INTERACTIVE)
+    assert back is not None and back.capacity == one.capacity
+    service.fleet.circuit_changed("r", True)
+    assert service.room_of(MODEL, INTERACTIVE) is None  # its one ready replica's circuit is open

@@ -126,3 +126,10 @@ def test_the_two_class_limit_holds_the_tight_class_on_the_fewest_fast_replicas_t
     assert slo_limits.two_class_limit(tight, loose, 5.0) == (pytest.approx(6.56 + 15.94 + 0.62), 1)
     assert slo_limits.two_class_limit(tight, loose, 7.5) == (pytest.approx(13.12 + 0.62), 2)
     assert slo_limits.two_class_limit(tight, loose, 20.0) == (0.0, 0)
+
+
+def test_the_spread_floor_is_exact_for_one_router_and_far_below_random_for_four() -> None:
+    assert fleet_scale.independent_floor_cv([64], 8) == (0.0, pytest.approx(0.32, abs=0.03))
+    floor, uniform = fleet_scale.independent_floor_cv([34, 17, 9, 4], 8)
+    assert 0.05 < floor < 0.15  # their remainders (2, 1, 1, 4) collide at random
+    assert uniform == pytest.approx(0.32, abs=0.03)

@@ -86,3 +86,20 @@ def test_the_file_fed_scraper_slows_its_rounds_as_the_fleet_grows() -> None:
     assert scraper.round_s(8) == scraper.interval_s == 1.0
     assert scraper.round_s(512) == 512 / scraper.pages_per_s == 8.0
     assert scraper.stale_after_s(512) == 24.0
+
+
+def test_the_routable_count_moves_at_the_next_report_once_a_circuit_opens() -> None:
+    router = following_router()
+    model = "openai/gpt-oss-120b"
+    routable = router.registry.get_sample_value
+
+    def reports() -> list[LoadReport]:
+        load = ReplicaLoad(0, 0, 0.0, observed_at_s=router.clock.now())
+        return [LoadReport("a", load, 0.0, 1000.0), LoadReport("b", load, 0.0, 1000.0)]
+
+    router.apply_loads(reports())
+    assert routable("orchestrator_router_routable_replicas", {"model": model}) == 2
+    for _ in range(router.settings.breaker.failure_threshold):
+        router.breakers.failed("b")
+    router.apply_loads(reports())
+    assert routable("orchestrator_router_routable_replicas", {"model": model}) == 1
