@@ -36,16 +36,7 @@ def test_the_largest_tight_capacities_are_reserved_until_they_hold_the_demand_wi
 def test_tight_work_among_loose_work_reserves_the_fast_replica_and_loose_work_goes_elsewhere() -> (
     None
 ):
-    routing_table = table(
-        [
-            replica("fast-0", Generation.MI355X),
-            replica("fast-1", Generation.MI355X),
-            replica("slow", Generation.MI300X),
-        ]
-    )
-    fleet = FleetState()
-    fleet.sync(routing_table)
-    candidates = fleet.candidates(routing_table)
+    fleet, candidates = _two_fast_and_a_slow()
     fast_0, _, slow = (c.replica for c in candidates)
     fleet.started(fast_0, TIGHT)
     assert all(c.stats.reserved_tpot_s == float("inf") for c in candidates)  # one target only
