@@ -15,6 +15,7 @@ import asyncio
 import http.client
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -270,8 +271,15 @@ class AttackedRouter:
             if sample.name == name and labels.items() <= sample.labels.items()
         )
 
-    def live_connections(self) -> int:
-        return len(self.http.connections.live)
+    def holds(self, client: socket.socket) -> bool:
+        """Whether the router still has `client`'s connection open (matched by its address: the
+        `/health` probe's own connection comes and goes beside it)."""
+        address = client.getsockname()
+        for connection in list(self.http.connections.live):
+            transport = connection._transport
+            if transport is not None and transport.get_extra_info("peername") == address:
+                return True
+        return False
 
     def write_buffers(self) -> list[int]:
         """Bytes each live connection holds for its client, unread."""
