@@ -193,11 +193,11 @@ class AdmissionController:
             raise self._refuse(priority, "refused_wait", wait_s or self._retry_s(lane))
         waiter = _Waiter(loop.create_future(), priority, now_s)
         queue = lane.queues[priority]
-        queue.append(waiter)
-        self._waiting(lane, priority, 1)
-        self._depth(priority, len(queue))
-        self._schedule_pump()
-        try:
+        try:  # from here on, whatever ends the wait takes the waiter out of its queue
+            queue.append(waiter)
+            self._waiting(lane, priority, 1)
+            self._depth(priority, len(queue))
+            self._schedule_pump()
             async with asyncio.timeout(self.queue_timeout_s):
                 await waiter.future
         except TimeoutError:

@@ -426,3 +426,37 @@ def test_batch_waits_behind_interactive_only_where_they_share_replicas(reserved:
         assert sum(delta for _, delta in heard) == 0
 
     run(scenario())
+
+
+def test_a_waiting_hook_that_fails_leaves_no_waiter_behind() -> None:
+    """A request whose wait could not be reported fails with the hook's error, and its place
+    in the queue goes with it: the next request is admitted as soon as there is room."""
+
+    class HookBroke(Exception):
+        pass
+
+    def hook(model: str, slo_class: str, delta: int) -> None:
+        if delta > 0 and not calls:
+            calls.append(delta)
+            raise HookBroke
+
+    calls: list[int] = []
+    rooms = {INTERACTIVE.value: FleetRoom(10, free=1), BATCH.value: FleetRoom(10, free=0)}
+    gate = AdmissionController(
+        AdmissionSettings(queue_timeout_s=5.0), lambda model, slo_class: rooms[slo_class],
+        on_waiting=hook,
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        (await gate.admit(MODEL, INTERACTIVE)).release()  # one served: waits can be predicted
+        rooms[INTERACTIVE.value] = FleetRoom(10, free=0)
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        with pytest.raises(HookBroke):
+            await gate.admit(MODEL, INTERACTIVE)
+        assert gate.queued() == 0
+        second = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
+        await asyncio.sleep(2 * CAPACITY_TTL_S)
+        rooms[INTERACTIVE.value] = FleetRoom(10, free=1)
+        (await asyncio.wait_for(second, 1.0)).release()
+
+    run(scenario())
