@@ -314,7 +314,9 @@ class RouterService:
         )
 
     def _waiting_moved(self, model: str, slo_class: str, delta: int) -> None:
-        """Requests waiting in admission count in their class's demand for reserved room."""
+        """Requests waiting in admission count in their class's demand for reserved room. The
+        targets are frozen settings, fixed for the service's life, so a request's +1 and its -1
+        land on the same target."""
         self.fleet.waiting(self.slo.target(model, slo_class).tpot_s, delta)
 
     def room_of(self, model: str, slo_class: str) -> FleetRoom | None:
