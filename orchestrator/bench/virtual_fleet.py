@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from orchestrator.routing.fleet_state import FleetState
 from orchestrator.routing.plugin import RoutingView
 from orchestrator.routing.profile import Profile
 from orchestrator.sim.batcher import SimBatcher
+from orchestrator.sim.latency_record import LatencyRecord
 from orchestrator.sim.sequences import SimRequest
 from orchestrator.table.snapshot import RoutingTable
 
@@ -71,10 +71,11 @@ class CapacitySample:
 class FleetRun:
     """Per replica: output tokens and finished requests; capacity estimates every scrape.
 
-    `ttfts_s` and `tpots_s` hold the latencies of requests that arrived at or after the run's
-    `measure_from_s`: TTFT as each first token comes out, TPOT as each request of more than one
-    token finishes. `end_s` is when the last request finished (or the stop time); `first_tokens`
-    counts measured requests that got their first token. `requests` is empty unless kept.
+    `ttfts_s` and `tpots_s` count (in buckets, for percentiles) the latencies of requests that
+    arrived at or after the run's `measure_from_s`: TTFT as each first token comes out, TPOT as
+    each request of more than one token finishes. `end_s` is when the last request finished (or
+    the stop time); `first_tokens` counts measured requests that got their first token.
+    `requests` is empty unless kept.
     """
 
     output_tokens: dict[str, int]
@@ -82,8 +83,8 @@ class FleetRun:
     capacity: list[CapacitySample]
     generation_of: dict[str, Generation]
     pool_of: dict[str, str] = field(default_factory=dict)
-    ttfts_s: Sequence[float] = ()
-    tpots_s: Sequence[float] = ()
+    ttfts_s: LatencyRecord = field(default_factory=LatencyRecord)
+    tpots_s: LatencyRecord = field(default_factory=LatencyRecord)
     end_s: float = 0.0
     finished: int = 0
     first_tokens: int = 0
@@ -149,8 +150,8 @@ class VirtualFleet:
         self.engines = {r.replica_id: _Engine(r, SimBatcher(costs[r.pool])) for r in records}
         self._heap: list[tuple[float, int, int, _Engine | None]] = []
         self._order = itertools.count()
-        self._ttfts = array("d")
-        self._tpots = array("d")
+        self._ttfts = LatencyRecord()  # bounded: a long run's memory does not grow with it
+        self._tpots = LatencyRecord()
         self._measure_from_s = 0.0
         self._in_flight = 0
         self._finished = 0
@@ -250,7 +251,7 @@ class VirtualFleet:
             tpots_s=self._tpots,
             end_s=min(now, end) if upcoming is not None or heap else self._last_finish_s,
             finished=self._finished,
-            first_tokens=len(self._ttfts),
+            first_tokens=self._ttfts.count,
             steps=self._steps,
         )
 
@@ -327,7 +328,7 @@ class VirtualFleet:
         measure_from = self._measure_from_s
         for request in outcome.first_tokens:
             if request.arrival_s >= measure_from:
-                self._ttfts.append(now - request.arrival_s)
+                self._ttfts.add(now - request.arrival_s)
         if outcome.finished:
             self._account_finished(engine, outcome.finished, now)
         return batcher.plan_duration_s() if batcher.has_work else -1.0
@@ -343,7 +344,7 @@ class VirtualFleet:
                 else None
             )
             if tpot is not None and request.arrival_s >= measure_from:
-                self._tpots.append(tpot)
+                self._tpots.add(tpot)
             self.state.finished(
                 engine.replica, ok=True, output_tokens=request.output_tokens, tpot_s=tpot
             )

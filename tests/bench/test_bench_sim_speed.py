@@ -47,4 +47,6 @@ def test_a_small_fleet_makes_the_picks_and_results_it_always_made() -> None:
     result = speed_probe.probe(8, 0.2, 0)
     assert (result["requests"], result["steps"]) == (1099, 52141)
     assert result["picks_digest"] == "956592fc6fb5ca1d41b0eaf3896e0b3a"
-    assert result["results_digest"] == "e1272344fa8e8c14416981580dd6780f"
+    # The results digest counts latencies in `LatencyRecord` buckets; the probe buckets the old
+    # tree's kept lists the same way, and that tree printed this same digest.
+    assert result["results_digest"] == "cccb9530f61a016619587109e69d8c56"

@@ -24,7 +24,6 @@ from orchestrator.bench.simulate.fleet_spec import build_profile
 from orchestrator.bench.simulate.samples import UnitStream, stream_arrivals
 from orchestrator.bench.virtual_fleet import Arrival, ReplicaSpec, VirtualFleet
 from orchestrator.fleet.figures import load_figures
-from orchestrator.sim.virtual import percentile
 
 OVERLOAD_BACKLOG_S = 30.0  # queued arrivals, in seconds of the offered rate, that end a probe
 SEARCH_STEP = 1.25  # bracket growth per probe
@@ -192,8 +191,8 @@ def probe_server(
     run = fleet.run(arrivals, until_s=cut, on_scrape=watch, measure_from_s=settings.warmup_s)
     for _ in arrivals:  # a run stopped early leaves arrivals unread: they count all the same
         pass
-    misses = [math.inf] * max(0, tally.measured - len(run.ttfts_s))
-    ttfts = [*run.ttfts_s, *misses]
+    ttfts = run.ttfts_s.copy()  # a measured request without a first token by the cut missed
+    ttfts.add_times(math.inf, tally.measured - ttfts.count)
     tokens = tally.output_tokens
     start_s, start_tokens = generated.get("start", (0.0, 0))
     end_s, end_tokens = generated.get("end", (start_s, start_tokens))
@@ -203,10 +202,10 @@ def probe_server(
         tokens_per_s=tokens / settings.duration_s,
         delivered_tokens_per_s=delivered,
         measured=tally.measured,
-        ttft_p50_s=percentile(ttfts, 50),
-        ttft_p99_s=percentile(ttfts, 99),
-        tpot_p50_s=percentile(run.tpots_s, 50),
-        tpot_p99_s=percentile(run.tpots_s, 99),
+        ttft_p50_s=ttfts.percentile(50),
+        ttft_p99_s=ttfts.percentile(99),
+        tpot_p50_s=run.tpots_s.percentile(50),
+        tpot_p99_s=run.tpots_s.percentile(99),
         pool_shares=run.pool_shares(),
         overloaded=overloaded,
         cpu_s=time.process_time() - cpu,

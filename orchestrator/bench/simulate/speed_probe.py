@@ -7,19 +7,20 @@ the virtual fleet has (`VirtualFleet`, `UnitStream`, the fleet spec helpers): N 
 behind the `capacity` profile, Poisson arrivals at the fleet model's Server rate for MINUTES
 simulated minutes, served until 30 s after the last arrival. Prints one JSON line: wall and CPU
 seconds of the run, peak resident memory, and digests of every routing pick and of the results
-(per-replica output tokens, the sorted TTFT and TPOT values, the step count), so two trees that
-decide alike print equal digests.
+(per-replica output tokens, the TTFT and TPOT values' bucket counts, the step count), so two
+trees that decide alike print equal digests.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import resource
-import struct
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.simulate import samples
@@ -63,9 +64,22 @@ def _arrivals(seed: int, rate_per_s: float, duration_s: float) -> Iterable[Arriv
     return samples.UnitStream(seed).arrivals(rate_per_s, duration_s)
 
 
-def _floats_digest(values: Sequence[float]) -> str:
-    ordered = sorted(values)
-    return hashlib.blake2b(struct.pack(f"{len(ordered)}d", *ordered), digest_size=16).hexdigest()
+def _latency_record_type() -> Any:
+    """This file's own tree's `LatencyRecord`, whichever tree PYTHONPATH names: its digest of a
+    baseline's latency list is then made as the current tree makes its own."""
+    path = Path(__file__).resolve().parents[2] / "sim" / "latency_record.py"
+    spec = importlib.util.spec_from_file_location("_probe_latency_record", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LatencyRecord
+
+
+def _latencies_digest(values: Any) -> str:
+    """Trees since the bounded record digest their own; older ones kept each value."""
+    if hasattr(values, "digest"):
+        return str(values.digest())
+    return str(_latency_record_type().of(values).digest())
 
 
 def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
@@ -85,7 +99,7 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
     cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
     tokens = ",".join(f"{k}={v}" for k, v in sorted(run.output_tokens.items()))
     results = hashlib.blake2b(
-        f"{tokens}|{run.steps}|{_floats_digest(run.ttfts_s)}|{_floats_digest(run.tpots_s)}".encode(),
+        f"{tokens}|{run.steps}|{_latencies_digest(run.ttfts_s)}|{_latencies_digest(run.tpots_s)}".encode(),
         digest_size=16,
     )
     return {
