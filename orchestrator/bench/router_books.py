@@ -10,7 +10,8 @@ each request is decided (`capacity` profile, `decision_cost`'s request mix), sta
 finished in the fleet state; the admission's room for every class is read every
 `CAPACITY_TTL_S` of simulated time (as the admission controller reads it); and the control
 plane's load reports arrive in ten batches a second, each replica once a second (`apply_loads`),
-with the engine's count at this router's in-flight (a router alone: others 0). The figure is
+with the engine's count at this router's in-flight, read as it arrives (a router alone: others
+0). The figure is
 CPU µs (this process's user + system) per request for each part and in all, the median over
 repeats; a part whose cost is per second, not per request (room, reports), is divided by the
 requests of that second.
@@ -87,8 +88,8 @@ def run_once(replicas: int, requests: int, rate_per_s: float, seed: int) -> dict
             for replica in rows:
                 stats = fleet.stats(replica.replica_id)
                 running = stats.in_flight if stats is not None else 0
-                load = ReplicaLoad(running, 0, 0.3, observed_at_s=now_s - 0.05)
-                reports.append(LoadReport(replica.replica_id, load, 0.05))
+                load = ReplicaLoad(running, 0, 0.3, observed_at_s=now_s)
+                reports.append(LoadReport(replica.replica_id, load))
             started = cpu()
             service.apply_loads(reports)
             spent["reports"] += cpu() - started
