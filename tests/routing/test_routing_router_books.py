@@ -18,4 +18,3 @@ def test_router_books_bench_prints_each_part_per_fleet_size(
     assert [row[0] for row in rows] == ["8", "64"]
     assert all(float(value) >= 0 for row in rows for value in row[1:])
     assert "total 64/8:" in out[3]
-
