@@ -18,7 +18,8 @@ another's replicas, and one that is not ready takes none) whose load is known: a
 unreadable load is unknown, so it neither counts in the sums nor is moved once it has gone stale.
 A router alone, whose reports show no others, is unaffected.
 
-Updated in O(replicas + requests finished since the scrapes) when reports arrive, and in
+Updated in O(replicas + requests finished since the scrapes) when reports arrive (O(1) while
+none shows others: a router alone, whose report batches then cost it nothing here), and in
 O(replicas a whole request off their share) each time `f` has moved by a quarter, until it
 reaches 1: a request finishing is O(1) almost always.
 """
@@ -49,11 +50,13 @@ class OthersEstimate:
         "_scraped_s",
         "_totals",
         "_window_s",
+        "_with_others",
     )
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
         self._reported: dict[str, tuple[int, float]] = {}  # id: (others, scraped at)
+        self._with_others: set[str] = set()  # of those, the ones whose report shows others
         self._totals: list[tuple[float, int]] = []  # (time, in flight), oldest first
         self._finishes: deque[tuple[float, float]] = deque()  # (finished at, started at)
         # replicas off their share: (share, reported - share)
@@ -66,9 +69,14 @@ class OthersEstimate:
 
     def reported(self, replica_id: str, others: int, observed_at_s: float) -> None:
         self._reported[replica_id] = (others, observed_at_s)
+        if others:
+            self._with_others.add(replica_id)
+        else:
+            self._with_others.discard(replica_id)
 
     def forget(self, replica_id: str) -> None:
         self._reported.pop(replica_id, None)
+        self._with_others.discard(replica_id)
         self._deviations.pop(replica_id, None)
 
     def rebase(
@@ -85,6 +93,13 @@ class OthersEstimate:
         keep_from = bisect_right(totals, (now_s - self._window_s, math.inf))
         if keep_from > 1:
             del totals[: keep_from - 1]
+        if not self._with_others:
+            # No report shows other routers' requests (a router alone): every share is 0 and
+            # every replica at it, so nothing is off its share. The scrape times and turnover are
+            # read only for replicas that are, so they wait for the next batch that has some;
+            # the reports too old to count are dropped then (each shows none meanwhile).
+            self._deviations = {}
+            return
         by_model: dict[str, list[tuple[str, int, float]]] = {}
         others_by_model: dict[str, int] = {}
         scraped: list[float] = []
@@ -109,6 +124,7 @@ class OthersEstimate:
             scraped.append(at_s)
         for replica_id in gone:
             del reported[replica_id]
+            self._with_others.discard(replica_id)
         self._deviations = {}
         if not scraped:
             return

@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from functools import cache
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
+@cache  # one k per profile: the logarithm once, not per decision
 def _set_branch_threshold(k: int) -> int:
     """The population size at or below which CPython's `sample` copies the pool instead."""
     size = 21

@@ -255,3 +255,31 @@ def test_only_requests_in_flight_at_the_scrape_count_as_turned_over_when_they_fi
     for target in replicas * 2:
         fleet.finished(target, ok=True, output_tokens=1, tpot_s=None, started_s=0.0)
     assert others() == (4, 4)
+
+
+def test_once_no_report_shows_other_routers_load_finishing_requests_moves_nothing() -> None:
+    """Other routers' 8 on `a`, then they stop: the next batch shows none anywhere, and the skew
+    of the batch before is not applied again as this router's requests finish (what the router
+    alone reads: its own in-flight, no others)."""
+    clock = _Clock()
+    fleet = FleetState(clock=clock)
+    replicas = [replica(i) for i in ("a", "b")]
+    fleet.sync(table(replicas))
+    for target in replicas * 2:
+        fleet.started(target)
+    clock.now_s = 1.0
+    fleet.reported("a", busy(2 + 8, at_s=1.0), now_s=1.0)
+    fleet.reported("b", busy(2, at_s=1.0), now_s=1.0)
+    fleet.reports_taken(1.0)
+    clock.now_s = 2.0
+    for target in replicas:
+        fleet.reported(target.replica_id, busy(2, at_s=2.0), now_s=2.0)
+    fleet.reports_taken(2.0)
+
+    def others() -> tuple[int, int]:
+        return fleet.stats("a").others_in_flight(), fleet.stats("b").others_in_flight()  # type: ignore[union-attr]
+
+    assert others() == (0, 0)
+    for target in replicas * 2:
+        fleet.finished(target, ok=True, output_tokens=1, tpot_s=None, started_s=0.0)
+    assert others() == (0, 0)

@@ -57,6 +57,10 @@ class _Ring:
         self.owners = [index for _, index in points]
 
 
+def _no_positions(_: RoutingTable) -> dict[str, tuple[int, ...]]:
+    return {}
+
+
 def _largest_capacity(table: RoutingTable) -> float:
     return max((r.capacity_prior_tokens_per_s for r in table.replicas), default=0.0)
 
@@ -105,6 +109,8 @@ class PrefixAffinityScorer(RatesByUtilisation):
         self.nominees = nominees
         self._largest: IdentityMemo[RoutingTable, float] = IdentityMemo()
         self._rings: IdentityMemo[Sequence[Candidate], _Ring] = IdentityMemo()
+        # each replica's ring positions by id, per table (its `_points` hang on the table only)
+        self._positions: IdentityMemo[RoutingTable, dict[str, tuple[int, ...]]] = IdentityMemo()
 
     @classmethod
     def from_params(cls, name: str, params: PluginParams) -> PrefixAffinityScorer:
@@ -129,11 +135,21 @@ class PrefixAffinityScorer(RatesByUtilisation):
         point = prefix_point(ctx.prefix_hash)
         bound = (1.0 + self.load_factor) * sum(rhos) / len(rhos)
         scores = [0.0] * len(candidates)
-        largest = self._largest.get(view.table, _largest_capacity)
-        distances = [
-            ring_distance(point, ring_points(r.replica_id, self._points(r, largest)))
-            for r in (c.replica for c in candidates)
-        ]
+        table = view.table
+        largest = self._largest.get(table, _largest_capacity)
+        positions_of = self._positions.get(table, _no_positions)
+        distances = []
+        for candidate in candidates:  # `ring_distance(point, ring_points(...))`, inlined
+            replica_id = candidate.replica.replica_id
+            positions = positions_of.get(replica_id)
+            if positions is None:
+                positions = positions_of[replica_id] = ring_points(
+                    replica_id, self._points(candidate.replica, largest)
+                )
+            at = bisect_left(positions, point)
+            distances.append(
+                positions[at] - point if at < len(positions) else positions[0] + _RING - point
+            )
         by_preference = sorted(range(len(candidates)), key=distances.__getitem__)
         for index in by_preference:
             if rhos[index] <= bound:

@@ -15,6 +15,7 @@ from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
 from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
 from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
+from orchestrator.routing.sampling import sample
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
     predicted_ttft_s,
@@ -146,4 +147,4 @@ class SiteLocalityScorer(RatesByUtilisation):
         local = self._sites.get(eligible, _by_site).get(ctx.client_site, [])
         if len(local) <= self.nominees:
             return list(local)
-        return self._rng.sample(local, self.nominees)
+        return sample(self._rng, local, self.nominees)  # `self._rng.sample`'s draws, cheaper
