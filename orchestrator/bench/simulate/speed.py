@@ -85,9 +85,10 @@ class MemoryGrowth:
 def run_probe(
     tree: Path, replicas: int, minutes: float, seed: int, *, pure: bool = False
 ) -> dict[str, Any]:
-    """One probe in a fresh interpreter importing `orchestrator` from `tree`; with `pure`, the
-    tree's mypyc-compiled modules run from their sources (ORCHESTRATOR_PURE=1)."""
+    """One probe in a fresh interpreter importing `orchestrator` from `tree`, as built; with
+    `pure`, the tree's mypyc-compiled modules run from their sources (ORCHESTRATOR_PURE=1)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop(PURE_ENV, None)
     if pure:
         env[PURE_ENV] = "1"
     done = subprocess.run(
