@@ -40,8 +40,7 @@ def _record(tree: Path, digest: str) -> None:
 
 def _source_of(module: str) -> str | None:
     for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        spec = find_spec(module, None) if find_spec is not None else None
+        spec = finder.find_spec(module, None) if hasattr(finder, "find_spec") else None
         if spec is not None:
             return spec.origin
     return None
