@@ -16,6 +16,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from orchestrator.bench.fast_step_cost import PrecomputedStepCost
 from orchestrator.core.generations import Generation
@@ -24,8 +25,7 @@ from orchestrator.fleet.step_cost import StepCostModel
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.estimator import CapacityEstimator
 from orchestrator.routing.fleet_state import FleetState
-from orchestrator.routing.plugin import RoutingView
-from orchestrator.routing.profile import Profile
+from orchestrator.routing.plugin import Candidate, Decision, RoutingView
 from orchestrator.sim.batcher import SimBatcher
 from orchestrator.sim.latency_record import LatencyRecord
 from orchestrator.sim.sequences import SimRequest
@@ -33,6 +33,15 @@ from orchestrator.table.snapshot import RoutingTable
 
 MODEL = "openai/gpt-oss-120b"
 SCRAPE_INTERVAL_S = 1.0
+
+
+class Decides(Protocol):
+    """What the fleet asks of its profile: a `Profile`, or a wrapper that records its picks
+    (a protocol, so compiled code checks nothing of the object's class)."""
+
+    def decide(
+        self, ctx: RequestContext, view: RoutingView, candidates: Sequence[Candidate]
+    ) -> Decision: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +122,7 @@ class VirtualFleet:
     def __init__(
         self,
         replicas: Sequence[ReplicaSpec],
-        profile: Profile,
+        profile: Decides,
         *,
         target_ttft_s: float = 3.0,
         target_tpot_s: float = 0.080,

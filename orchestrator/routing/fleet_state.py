@@ -183,7 +183,7 @@ class FleetState:
             # its TPOT at the mean of what the replica ran from its first token to its last
             # (itself included, before it left); a failed, stalled or abandoned stream's time
             # per token is not the batch's step (5 tokens cut by the 30 s stall timeout read 7.5 s)
-            running: float = stats.in_flight + 1 + stats.others
+            running = float(stats.in_flight + 1 + stats.others)
             if running_at_first_token is not None:
                 running = (running + running_at_first_token) / 2
             stats.step_curve.observe(running, tpot_s)

@@ -23,10 +23,15 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 
+from mypy_extensions import mypyc_attr
+
 from orchestrator.fleet.step_cost import StepCostModel, StepWork
 from orchestrator.sim.sequences import SimRequest, StepOutcome, StepPlan
 
 
+# Compiled with mypyc (see docs/compiled.md), a class is final to Python code unless it says
+# otherwise; tests record a batcher's steps by subclassing it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SimBatcher:
     """One replica's scheduler state."""
 

@@ -24,6 +24,15 @@ def test_a_tree_beside_itself_makes_the_same_picks_and_results() -> None:
     assert "same   same" in table and "peak memory, 3 replicas" in table
 
 
+def test_the_tree_run_from_its_sources_makes_the_same_picks_and_results() -> None:
+    # With the mypyc build the baseline is this tree's pure Python; without it, both are.
+    pure = speed.run_probe(TREE, 2, 0.1, seed=3, pure=True)
+    assert pure["build"] in ("pure", "sources (ORCHESTRATOR_PURE)")
+    assert speed.run_probe(TREE, 2, 0.1, seed=3)["build"] in ("pure", "compiled")
+    comparisons, _ = speed.compare(TREE, TREE, [2], 0.1, repeats=1, seed=3, baseline_pure=True)
+    assert comparisons[0].same_picks and comparisons[0].same_results
+
+
 def test_another_seed_changes_the_picks_digest() -> None:
     first = speed.run_probe(TREE, 2, 0.1, seed=1)
     second = speed.run_probe(TREE, 2, 0.1, seed=2)

@@ -2,6 +2,7 @@
 
     python -m orchestrator.bench.simulate.speed --baseline DIR [--sizes 8,128,512]
         [--minutes 10] [--repeats 3] [--seed 0] [--json]
+    python -m orchestrator.bench.simulate.speed --pure-baseline [--baseline DIR] ...
 
 DIR holds another checkout's `orchestrator` package, e.g. today's code before a change:
 `git archive <commit> orchestrator | tar -x -C DIR`. For each size, `speed_probe.py` runs once
@@ -10,7 +11,9 @@ N MI355X replicas under MINUTES simulated minutes of Server load at the fleet mo
 table gives medians of wall and CPU seconds (CPU is the one-core figure; the machine may be
 shared), the spread over repeats, peak resident memory, and whether both trees made the same
 picks and produced the same results. A last pair of runs at a fifth of the duration on the
-largest fleet shows whether memory grows with simulated time.
+largest fleet shows whether memory grows with simulated time. With `--pure-baseline` the
+baseline's mypyc-compiled modules run from their sources (ORCHESTRATOR_PURE=1), so this tree
+compiled and this tree pure compare side by side (docs/compiled.md).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orchestrator
+from orchestrator._compiled import PURE_ENV
 from orchestrator.core.arg_types import positive_float, positive_int, positive_ints
 
 PROBE = Path(__file__).with_name("speed_probe.py")
@@ -78,9 +82,15 @@ class MemoryGrowth:
     current_bytes: tuple[int, int]
 
 
-def run_probe(tree: Path, replicas: int, minutes: float, seed: int) -> dict[str, Any]:
-    """One probe in a fresh interpreter importing `orchestrator` from `tree`."""
+def run_probe(
+    tree: Path, replicas: int, minutes: float, seed: int, *, pure: bool = False
+) -> dict[str, Any]:
+    """One probe in a fresh interpreter importing `orchestrator` from `tree`, as built; with
+    `pure`, the tree's mypyc-compiled modules run from their sources (ORCHESTRATOR_PURE=1)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop(PURE_ENV, None)
+    if pure:
+        env[PURE_ENV] = "1"
     done = subprocess.run(
         [sys.executable, str(PROBE), str(replicas), repr(minutes), str(seed)],
         env=env, cwd=tree, capture_output=True, text=True, check=False,
@@ -110,33 +120,46 @@ def _summarise(runs: Sequence[dict[str, Any]]) -> TreeTiming:
 
 
 def compare(
-    baseline: Path, current: Path, sizes: Sequence[int], minutes: float, repeats: int, seed: int
+    baseline: Path,
+    current: Path,
+    sizes: Sequence[int],
+    minutes: float,
+    repeats: int,
+    seed: int,
+    *,
+    baseline_pure: bool = False,
 ) -> tuple[list[SizeComparison], MemoryGrowth]:
+    """`baseline_pure`: the baseline's compiled modules run from source (it may be `current`)."""
+    trees = {"baseline": (baseline, baseline_pure), "this tree": (current, False)}
+
+    def probe(label: str, size: int, probe_minutes: float) -> dict[str, Any]:
+        tree, pure = trees[label]
+        return run_probe(tree, size, probe_minutes, seed, pure=pure)
+
     comparisons = []
     for size in sizes:
-        runs: dict[Path, list[dict[str, Any]]] = {baseline: [], current: []}
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
         for repeat in range(repeats):
-            order = (baseline, current) if repeat % 2 == 0 else (current, baseline)
-            for tree in order:
-                label = "baseline" if tree == baseline else "this tree"
+            order = ("baseline", "this tree") if repeat % 2 == 0 else ("this tree", "baseline")
+            for label in order:
                 print(
                     f"  {size} replicas, {minutes:g} min, {label} ...", file=sys.stderr, flush=True
                 )
-                runs[tree].append(run_probe(tree, size, minutes, seed))
+                runs[label].append(probe(label, size, minutes))
         comparisons.append(
-            SizeComparison(size, minutes, _summarise(runs[baseline]), _summarise(runs[current]))
+            SizeComparison(
+                size, minutes, _summarise(runs["baseline"]), _summarise(runs["this tree"])
+            )
         )
     largest = max(sizes)
     short = minutes / 5
     print(f"  memory: {largest} replicas, {short:g} min, both trees ...", file=sys.stderr)
-    short_rss = {
-        t: run_probe(t, largest, short, seed)["peak_rss_bytes"] for t in (baseline, current)
-    }
+    short_rss = {label: probe(label, largest, short)["peak_rss_bytes"] for label in trees}
     full = next(c for c in comparisons if c.replicas == largest)
     growth = MemoryGrowth(
         largest, short, minutes,
-        (short_rss[baseline], full.baseline.peak_rss_bytes),
-        (short_rss[current], full.current.peak_rss_bytes),
+        (short_rss["baseline"], full.baseline.peak_rss_bytes),
+        (short_rss["this tree"], full.current.peak_rss_bytes),
     )  # fmt: skip
     return comparisons, growth
 
@@ -168,7 +191,13 @@ def format_table(comparisons: Sequence[SizeComparison], growth: MemoryGrowth) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--baseline", type=Path, required=True, help="tree holding orchestrator/")
+    parser.add_argument("--baseline", type=Path, help="tree holding orchestrator/")
+    parser.add_argument(
+        "--pure-baseline",
+        action="store_true",
+        help="run the baseline's mypyc-compiled modules from source (ORCHESTRATOR_PURE=1); "
+        "without --baseline, the baseline is this tree itself",
+    )
     parser.add_argument(
         "--sizes", type=positive_ints, default=(8, 128, 512), help="fleet sizes, comma-separated"
     )
@@ -180,11 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = list(args.sizes)
-    baseline = args.baseline.resolve()
+    current = Path(orchestrator.__file__).resolve().parent.parent
+    if args.baseline is None and not args.pure_baseline:
+        parser.error("--baseline is required unless --pure-baseline compares this tree with itself")
+    baseline = current if args.baseline is None else args.baseline.resolve()
     if not (baseline / "orchestrator" / "bench" / "virtual_fleet.py").is_file():
         parser.error(f"--baseline: {baseline} holds no orchestrator/ tree with a virtual fleet")
-    current = Path(orchestrator.__file__).resolve().parent.parent
-    comparisons, growth = compare(baseline, current, sizes, args.minutes, args.repeats, args.seed)
+    comparisons, growth = compare(
+        baseline, current, sizes, args.minutes, args.repeats, args.seed,
+        baseline_pure=args.pure_baseline,
+    )  # fmt: skip
     if args.json:
         rows = [
             {**asdict(c), "cpu_speedup": c.cpu_speedup, "same_picks": c.same_picks,

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orchestrator
 from orchestrator.bench.simulate import samples
 from orchestrator.bench.simulate.fleet_spec import (
     FleetSpec,
@@ -87,7 +88,7 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
     limits = LatencyLimits.server()
     profile = RecordingProfile(build_profile("capacity"))
     fleet = VirtualFleet(
-        specs, profile,  # type: ignore[arg-type]
+        specs, profile,
         target_ttft_s=limits.ttft_s, target_tpot_s=limits.tpot_s,
         keep_requests=False, record_capacity=False,
     )  # fmt: skip
@@ -113,6 +114,8 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
         "rss_before_run_bytes": rss_before_kib * 1024,
         "picks_digest": profile.hexdigest(),
         "results_digest": results.hexdigest(),
+        # compiled, pure, or why compiled modules ran from source (trees before the build: pure)
+        "build": getattr(orchestrator, "BUILD", "pure"),
     }
 
 

@@ -1,0 +1,99 @@
+"""The mypyc build's guard: compiled modules run only while they match their sources."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import warnings
+from collections.abc import Iterator
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+from orchestrator import _compiled
+
+TREE = Path(orchestrator.__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Path]:
+    """The compiled modules' sources, copied into a tree of their own."""
+    for module in _compiled.COMPILED_MODULES:
+        target = tmp_path / _compiled.source_path(module)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(TREE / _compiled.source_path(module), target)
+    finders = list(sys.meta_path)
+    yield tmp_path
+    sys.meta_path[:] = finders  # what use_sources_if_stale put first goes again
+
+
+def _fake_extension(tree: Path, module: str) -> None:
+    stem = tree / module.replace(".", "/")
+    stem.with_name(stem.name + EXTENSION_SUFFIXES[0]).write_bytes(b"")
+
+
+def _record(tree: Path, digest: str) -> None:
+    (tree / _compiled.SOURCES_RECORD).write_text(f"{digest}\nsome build tag\n")
+
+
+def _source_of(module: str) -> str | None:
+    for finder in sys.meta_path:
+        spec = finder.find_spec(module, None) if hasattr(finder, "find_spec") else None
+        if spec is not None:
+            return spec.origin
+    return None
+
+
+def test_a_tree_without_extensions_is_pure(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    assert _compiled.use_sources_if_stale(tree) == "pure"
+
+
+def test_extensions_matching_their_sources_run(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    _fake_extension(tree, "orchestrator.sim.batcher")
+    _record(tree, _compiled.sources_digest(tree))
+    before = list(sys.meta_path)
+    assert _compiled.use_sources_if_stale(tree) == "compiled"
+    assert sys.meta_path == before
+
+
+def test_an_edited_source_makes_every_compiled_module_load_from_source(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    _fake_extension(tree, "orchestrator.sim.batcher")
+    _record(tree, _compiled.sources_digest(tree))
+    with (tree / "orchestrator/routing/profile.py").open("a") as source:
+        source.write("# an edit after the build\n")
+    with pytest.warns(RuntimeWarning, match="do not match their sources"):
+        assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
+    for module in ("orchestrator.sim.batcher", "orchestrator.routing.profile"):
+        assert _source_of(module) == str(tree / _compiled.source_path(module))
+    assert _source_of("orchestrator.routing.profiles") is None  # never compiled: left alone
+
+
+def test_a_build_without_its_record_is_stale(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    _fake_extension(tree, "orchestrator.bench.virtual_fleet")
+    with pytest.warns(RuntimeWarning):
+        assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
+
+
+def test_orchestrator_pure_runs_the_sources_without_a_warning(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_compiled.PURE_ENV, "1")
+    _fake_extension(tree, "orchestrator.sim.batcher")
+    _record(tree, _compiled.sources_digest(tree))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _compiled.use_sources_if_stale(tree) == "sources (ORCHESTRATOR_PURE)"
+    assert _source_of("orchestrator.sim.batcher") == str(tree / "orchestrator/sim/batcher.py")
+
+
+def test_every_compiled_module_has_its_source() -> None:
+    assert all((TREE / _compiled.source_path(m)).is_file() for m in _compiled.COMPILED_MODULES)
+    assert len(set(_compiled.COMPILED_MODULES)) == len(_compiled.COMPILED_MODULES)
