@@ -1,10 +1,11 @@
 """One timed Server run in virtual time, as a script, so `speed` can run it on another tree too.
 
-    PYTHONPATH=<tree> python speed_probe.py REPLICAS MINUTES SEED
+    PYTHONPATH=<tree> python speed_probe.py REPLICAS MINUTES SEED [LOAD]
 
 Imports `orchestrator` from whichever tree PYTHONPATH names and uses only what every tree since
 the virtual fleet has (`VirtualFleet`, `UnitStream`, the fleet spec helpers): N MI355X replicas
-behind the `capacity` profile, Poisson arrivals at the fleet model's Server rate for MINUTES
+behind the `capacity` profile, Poisson arrivals at the fleet model's Server rate (times LOAD,
+default 1: below about 0.9 the fleet keeps up, so what it holds stops growing) for MINUTES
 simulated minutes, served until 30 s after the last arrival. Prints one JSON line: wall and CPU
 seconds of the run, peak resident memory, and digests of every routing pick and of the results
 (per-replica output tokens, the TTFT and TPOT values' bucket counts, the step count), so two
@@ -83,7 +84,7 @@ def _latencies_digest(values: Any) -> str:
     return str(_latency_record_type().of(values).digest())
 
 
-def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
+def probe(replicas: int, minutes: float, seed: int, load: float = 1.0) -> dict[str, Any]:
     specs = replica_specs(FleetSpec((PoolSpec(Generation.MI355X, replicas),)), Prior.CALIBRATED)
     limits = LatencyLimits.server()
     profile = RecordingProfile(build_profile("capacity"))
@@ -93,7 +94,7 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
         keep_requests=False, record_capacity=False,
     )  # fmt: skip
     duration_s = minutes * 60.0
-    rate = fleet_model_rate_per_s(specs)
+    rate = fleet_model_rate_per_s(specs) * load
     rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cpu, wall = time.process_time(), time.perf_counter()
     run = fleet.run(_arrivals(seed, rate, duration_s), until_s=duration_s + TAIL_S)
@@ -106,6 +107,7 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
     return {
         "replicas": replicas,
         "minutes": minutes,
+        "load": load,
         "requests": profile.decisions,
         "steps": run.steps,
         "wall_s": wall_s,
@@ -121,7 +123,10 @@ def probe(replicas: int, minutes: float, seed: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     replicas, minutes, seed = int(argv[0]), float(argv[1]), int(argv[2])
-    print(json.dumps(probe(replicas, minutes, seed)))
+    load = float(argv[3]) if len(argv) > 3 else 1.0
+    if not load > 0:
+        raise SystemExit(f"LOAD must be above 0, got {argv[3]!r}")
+    print(json.dumps(probe(replicas, minutes, seed, load)))
     return 0
 
 
