@@ -17,5 +17,8 @@ echo "ruff ..." >&2
 echo "mypy, import layers ..." >&2
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+# Which code the tests run: "compiled" (mypyc, docs/compiled.md), "pure", or why compiled
+# modules run from their sources. The suite passes either way; the speed figures need compiled.
+.venv/bin/python -c 'import orchestrator; print("orchestrator build:", orchestrator.BUILD)' >&2
 echo "pytest ..." >&2
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
