@@ -41,6 +41,8 @@ class _BuildExtOrPure(build_ext):
     def run(self) -> None:
         record = ROOT / _compiled.SOURCES_RECORD
         record.unlink(missing_ok=True)
+        if self.inplace:
+            _remove_in_tree_extensions(keep=set(_compiled.COMPILED_MODULES))
         try:
             super().run()
         except Exception as error:  # a failed compile means a pure install
@@ -48,7 +50,8 @@ class _BuildExtOrPure(build_ext):
             self._remove_outputs()
             return
         digest = f"{_compiled.sources_digest(ROOT)}\n{_build_tag()}\n"
-        record.write_text(digest)
+        if self.inplace:  # the extensions lie beside the sources (an editable install)
+            record.write_text(digest)
         in_wheel = Path(self.build_lib) / _compiled.SOURCES_RECORD
         if not self.inplace and in_wheel.parent.is_dir():
             in_wheel.write_text(digest)
@@ -60,14 +63,21 @@ class _BuildExtOrPure(build_ext):
                 (base / self.get_ext_filename(ext.name)).unlink(missing_ok=True)
 
 
-def _remove_in_tree_extensions() -> None:
-    """A pure build leaves no extension of an earlier compiled one in the source tree."""
+def _remove_in_tree_extensions(keep: set[str] | None = None) -> None:
+    """A pure build leaves no extension of an earlier compiled one in the source tree, and a
+    compiled one none of a module it no longer compiles (`keep`: the modules it does)."""
     (ROOT / _compiled.SOURCES_RECORD).unlink(missing_ok=True)
-    stems = [ROOT / name.replace(".", "/") for name in _compiled.COMPILED_MODULES]
-    stems.append(ROOT / f"{GROUP}__mypyc")
-    for stem in stems:
-        for suffix in EXTENSION_SUFFIXES:
-            stem.with_name(stem.name + suffix).unlink(missing_ok=True)
+    suffixes = tuple(EXTENSION_SUFFIXES)
+    if keep is None:
+        for suffix in suffixes:
+            (ROOT / f"{GROUP}__mypyc{suffix}").unlink(missing_ok=True)
+    for path in (ROOT / "orchestrator").rglob("*"):  # modules compiled by any earlier build too
+        suffix = next((s for s in suffixes if path.name.endswith(s)), None)
+        if suffix is None:
+            continue
+        module = ".".join(path.relative_to(ROOT).parts)[: -len(suffix)]
+        if keep is None or module not in keep:
+            path.unlink(missing_ok=True)
 
 
 def _build_tag() -> str:
@@ -81,7 +91,7 @@ def _build_tag() -> str:
 
 def _in_tree_up_to_date() -> bool:
     record = ROOT / _compiled.SOURCES_RECORD
-    if not (record.exists() and _compiled.compiled_present(ROOT)):
+    if not (record.exists() and _compiled.compiled_complete(ROOT)):
         return False
     return record.read_text().split("\n")[:2] == [_compiled.sources_digest(ROOT), _build_tag()]
 

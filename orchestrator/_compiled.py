@@ -65,11 +65,18 @@ def source_path(module: str) -> str:
 
 
 def sources_digest(root: Path) -> str:
-    """A digest of the compiled modules' names and sources under `root`."""
+    """A digest of the compiled modules' names and of every source of the package under `root`.
+
+    Every source, not only the compiled ones: mypyc copies the values of `Final` constants a
+    compiled module imports (and relies on the classes of records it reads), so an edit to a
+    module that is not compiled can make the compiled code stale too. About 10 ms at import."""
     digest = hashlib.blake2b(digest_size=16)
     for module in COMPILED_MODULES:
         digest.update(module.encode() + b"\0")
-        digest.update((root / source_path(module)).read_bytes())
+    package = root / "orchestrator"
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -77,14 +84,27 @@ def pure_requested() -> bool:
     return os.environ.get(PURE_ENV, "") not in ("", "0")
 
 
-def compiled_present(root: Path) -> bool:
-    """Whether any compiled module has an extension file beside its source."""
+SHARED_LIBRARY = "orchestrator_native__mypyc"  # all compiled modules' code, at the tree's root
+
+
+def _has_extension(stem: Path) -> bool:
     suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    for module in COMPILED_MODULES:
-        stem = root / module.replace(".", "/")
-        if any(stem.with_name(stem.name + suffix).exists() for suffix in suffixes):
-            return True
-    return False
+    return any(stem.with_name(stem.name + suffix).exists() for suffix in suffixes)
+
+
+def compiled_present(root: Path) -> bool:
+    """Whether any extension file lies in the package (a build, or what is left of one)."""
+    package = root / "orchestrator"
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return _has_extension(root / SHARED_LIBRARY) or any(
+        path.name.endswith(suffixes) for path in package.rglob("*.so")
+    )
+
+
+def compiled_complete(root: Path) -> bool:
+    """Whether every compiled module's extension and the shared library are there."""
+    stems = [root / module.replace(".", "/") for module in COMPILED_MODULES]
+    return all(_has_extension(stem) for stem in [*stems, root / SHARED_LIBRARY])
 
 
 class _SourceFinder:
@@ -92,14 +112,18 @@ class _SourceFinder:
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._modules = frozenset(COMPILED_MODULES)
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in self._modules:
+        # Any module of the package with a source file, not only today's list: an extension
+        # left by an older build of a module no longer compiled must not run either.
+        if not fullname.startswith("orchestrator."):
             return None
-        return importlib.util.spec_from_file_location(fullname, self._root / source_path(fullname))
+        source = self._root / source_path(fullname)
+        if not source.is_file():
+            return None  # a package (its __init__ holds no compiled code) or not ours
+        return importlib.util.spec_from_file_location(fullname, source)
 
 
 def use_sources_if_stale(root: Path) -> str:
@@ -114,7 +138,7 @@ def use_sources_if_stale(root: Path) -> str:
     else:
         record = root / SOURCES_RECORD
         built = record.read_text().split("\n")[0] if record.exists() else ""
-        if built == sources_digest(root):
+        if built == sources_digest(root) and compiled_complete(root):
             return "compiled"
         state = "sources (stale build)"
         warnings.warn(

@@ -19,6 +19,18 @@ echo "mypy, import layers ..." >&2
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 # Which code the tests run: "compiled" (mypyc, docs/compiled.md), "pure", or why compiled
 # modules run from their sources. The suite passes either way; the speed figures need compiled.
-.venv/bin/python -c 'import orchestrator; print("orchestrator build:", orchestrator.BUILD)' >&2
+build=$(.venv/bin/python -W ignore -c 'import orchestrator; print(orchestrator.BUILD)')
+echo "orchestrator build: $build" >&2
+if [ -n "${ORCHESTRATOR_EXPECT_BUILD:-}" ] && [ "$build" != "$ORCHESTRATOR_EXPECT_BUILD" ]; then
+  echo "expected the $ORCHESTRATOR_EXPECT_BUILD build, got: $build (pip install -e . -v shows why)" >&2
+  exit 1
+fi
 echo "pytest ..." >&2
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
+if [ "$build" = compiled ] && [ $# -eq 0 ]; then
+  # The image the chart deploys runs pure Python: the golden digests and the routing tests from
+  # the sources too.
+  echo "pytest, pure Python: the golden digests and tests/routing ..." >&2
+  ORCHESTRATOR_PURE=1 .venv/bin/python -m pytest -p no:cacheprovider -q tests/routing \
+    tests/bench/test_bench_sim_speed.py::test_a_small_fleet_makes_the_picks_and_results_it_always_made
+fi

@@ -33,7 +33,6 @@ rather than being queued where it would miss.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections import deque
 from collections.abc import Callable
@@ -194,8 +193,8 @@ class AdmissionController:
         waiter = _Waiter(loop.create_future(), priority, now_s)
         queue = lane.queues[priority]
         try:  # from here on, whatever ends the wait takes the waiter out of its queue
+            self._waiting(lane, priority, 1)  # first: a hook that fails queues nothing
             queue.append(waiter)
-            self._waiting(lane, priority, 1)
             self._depth(priority, len(queue))
             self._schedule_pump()
             async with asyncio.timeout(self.queue_timeout_s):
@@ -415,8 +414,11 @@ class AdmissionController:
     def _drop(self, lane: _Lane, waiter: _Waiter) -> None:
         """Take a waiter that gave up out of its queue; a slot it was handed goes back."""
         queue = lane.queues[waiter.priority]
-        with contextlib.suppress(ValueError):
+        try:
             queue.remove(waiter)
+        except ValueError:
+            pass  # already woken (its -1 was reported then), or never queued
+        else:
             self._waiting(lane, waiter.priority, -1)
         self._depth(waiter.priority, len(queue))
         future = waiter.future

@@ -24,18 +24,23 @@ MANTISSA_BITS: Final = 10
 _SHIFT: Final = 52 - MANTISSA_BITS
 _DOUBLE: Final = struct.Struct("<d")
 _BITS: Final = struct.Struct("<Q")
+_MASK: Final = (1 << 64) - 1
 
 
 class LatencyRecord:
     """Counts of non-negative latencies (seconds; `inf` for a request that never got one)."""
 
-    __slots__ = ("_counts", "count", "maximum", "minimum")
+    __slots__ = ("_bits_sum", "_bits_xor", "_counts", "count", "maximum", "minimum")
 
     def __init__(self) -> None:
         self._counts: dict[int, int] = {}
         self.count = 0
         self.minimum = math.inf
         self.maximum = -math.inf
+        # Every value's exact bits, summed and xored (order does not count): two runs whose
+        # latencies differ inside one bucket still digest apart.
+        self._bits_sum = 0
+        self._bits_xor = 0
 
     @classmethod
     def of(cls, values: Iterable[float]) -> LatencyRecord:
@@ -47,10 +52,14 @@ class LatencyRecord:
     def add(self, value: float) -> None:
         if not value >= 0.0:  # also refuses NaN, whose bits would sort anywhere
             raise ValueError(f"a latency is at least 0 s, got {value!r}")
-        key = _BITS.unpack(_DOUBLE.pack(value))[0] >> _SHIFT
+        value += 0.0  # -0.0 to 0.0: its sign bit would sort it above inf
+        bits: int = _BITS.unpack(_DOUBLE.pack(value))[0]
+        key = bits >> _SHIFT
         counts = self._counts
         counts[key] = counts.get(key, 0) + 1
         self.count += 1
+        self._bits_sum = (self._bits_sum + bits) & _MASK
+        self._bits_xor ^= bits
         if value < self.minimum:
             self.minimum = value
         if value > self.maximum:
@@ -61,14 +70,18 @@ class LatencyRecord:
         if times <= 0:
             return
         self.add(value)
-        key = _BITS.unpack(_DOUBLE.pack(value))[0] >> _SHIFT
-        self._counts[key] += times - 1
+        bits: int = _BITS.unpack(_DOUBLE.pack(value + 0.0))[0]
+        self._counts[bits >> _SHIFT] += times - 1
         self.count += times - 1
+        self._bits_sum = (self._bits_sum + (times - 1) * bits) & _MASK
+        if (times - 1) % 2:
+            self._bits_xor ^= bits
 
     def copy(self) -> LatencyRecord:
         twin = LatencyRecord()
         twin._counts = dict(self._counts)
         twin.count, twin.minimum, twin.maximum = self.count, self.minimum, self.maximum
+        twin._bits_sum, twin._bits_xor = self._bits_sum, self._bits_xor
         return twin
 
     def __len__(self) -> int:
@@ -95,14 +108,17 @@ class LatencyRecord:
         return self.maximum  # not reached: the counts add up to `count`
 
     def digest(self) -> str:
-        """A digest of the counts and the extremes: equal for two runs that recorded alike."""
+        """A digest of the counts, the extremes and every value's bits: equal for two runs
+        that recorded the same values, in any order."""
         parts = [f"{key}:{self._counts[key]}" for key in sorted(self._counts)]
-        parts.append(f"{self.minimum!r}|{self.maximum!r}")
+        parts.append(f"{self.minimum!r}|{self.maximum!r}|{self._bits_sum}|{self._bits_xor}")
         return hashlib.blake2b(",".join(parts).encode(), digest_size=16).hexdigest()
 
 
 def _middle(key: int) -> float:
-    """The middle of bucket `key` (for `inf`'s bucket, `inf`)."""
+    """The middle of bucket `key` (for `inf`'s bucket, `inf`; for 0's, 0)."""
+    if key == 0:
+        return 0.0
     low: float = _DOUBLE.unpack(_BITS.pack(key << _SHIFT))[0]
     if math.isinf(low):
         return low

@@ -436,11 +436,11 @@ def test_a_waiting_hook_that_fails_leaves_no_waiter_behind() -> None:
         pass
 
     def hook(model: str, slo_class: str, delta: int) -> None:
-        if delta > 0 and not calls:
-            calls.append(delta)
+        heard.append(delta)
+        if delta > 0 and len(heard) == 1:
             raise HookBroke
 
-    calls: list[int] = []
+    heard: list[int] = []
     rooms = {INTERACTIVE.value: FleetRoom(10, free=1), BATCH.value: FleetRoom(10, free=0)}
     gate = AdmissionController(
         AdmissionSettings(queue_timeout_s=5.0), lambda model, slo_class: rooms[slo_class],
@@ -453,10 +453,11 @@ def test_a_waiting_hook_that_fails_leaves_no_waiter_behind() -> None:
         await asyncio.sleep(2 * CAPACITY_TTL_S)
         with pytest.raises(HookBroke):
             await gate.admit(MODEL, INTERACTIVE)
-        assert gate.queued() == 0
+        assert gate.queued() == 0 and heard == [1]  # no -1 for a +1 that never counted
         second = asyncio.create_task(gate.admit(MODEL, INTERACTIVE))
         await asyncio.sleep(2 * CAPACITY_TTL_S)
         rooms[INTERACTIVE.value] = FleetRoom(10, free=1)
         (await asyncio.wait_for(second, 1.0)).release()
+        assert heard == [1, 1, -1]
 
     run(scenario())

@@ -34,6 +34,13 @@ def _fake_extension(tree: Path, module: str) -> None:
     stem.with_name(stem.name + EXTENSION_SUFFIXES[0]).write_bytes(b"")
 
 
+def _fake_build(tree: Path) -> None:
+    """An extension for every compiled module and the shared library, as a whole build."""
+    for module in _compiled.COMPILED_MODULES:
+        _fake_extension(tree, module)
+    (tree / f"{_compiled.SHARED_LIBRARY}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+
+
 def _record(tree: Path, digest: str) -> None:
     (tree / _compiled.SOURCES_RECORD).write_text(f"{digest}\nsome build tag\n")
 
@@ -53,11 +60,40 @@ def test_a_tree_without_extensions_is_pure(tree: Path, monkeypatch: pytest.Monke
 
 def test_extensions_matching_their_sources_run(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
-    _fake_extension(tree, "orchestrator.sim.batcher")
+    _fake_build(tree)
     _record(tree, _compiled.sources_digest(tree))
     before = list(sys.meta_path)
     assert _compiled.use_sources_if_stale(tree) == "compiled"
     assert sys.meta_path == before
+
+
+def test_a_build_missing_its_shared_library_runs_the_sources(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the shared library every compiled module would fail to import."""
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    _fake_build(tree)
+    _record(tree, _compiled.sources_digest(tree))
+    for suffix in EXTENSION_SUFFIXES:
+        (tree / f"{_compiled.SHARED_LIBRARY}{suffix}").unlink(missing_ok=True)
+    with pytest.warns(RuntimeWarning):
+        assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
+    assert _source_of("orchestrator.sim.batcher") == str(tree / "orchestrator/sim/batcher.py")
+
+
+def test_an_edit_to_a_module_that_is_not_compiled_makes_the_build_stale(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mypyc copies the `Final` constants a compiled module imports from any other module."""
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    constants = tree / "orchestrator/core/slo.py"
+    constants.parent.mkdir(parents=True, exist_ok=True)
+    constants.write_text("MLPERF_TPOT_S: Final = 0.080\n")
+    _fake_build(tree)
+    _record(tree, _compiled.sources_digest(tree))
+    constants.write_text("MLPERF_TPOT_S: Final = 0.050\n")
+    with pytest.warns(RuntimeWarning):
+        assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
 
 
 def test_an_edited_source_makes_every_compiled_module_load_from_source(
@@ -72,7 +108,19 @@ def test_an_edited_source_makes_every_compiled_module_load_from_source(
         assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
     for module in ("orchestrator.sim.batcher", "orchestrator.routing.profile"):
         assert _source_of(module) == str(tree / _compiled.source_path(module))
-    assert _source_of("orchestrator.routing.profiles") is None  # never compiled: left alone
+
+
+def test_an_extension_left_by_an_older_build_does_not_run_when_stale(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module compiled once and no longer: its extension would shadow its source."""
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    leftover = tree / "orchestrator/routing/profiles.py"
+    leftover.write_text("")
+    _fake_extension(tree, "orchestrator.routing.profiles")
+    with pytest.warns(RuntimeWarning):
+        assert _compiled.use_sources_if_stale(tree) == "sources (stale build)"
+    assert _source_of("orchestrator.routing.profiles") == str(leftover)
 
 
 def test_a_build_without_its_record_is_stale(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:

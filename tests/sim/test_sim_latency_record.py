@@ -66,3 +66,22 @@ def test_a_copy_is_independent_and_digests_tell_records_apart() -> None:
     twin.add(0.4)
     assert twin.digest() != record.digest() and len(record) == 3
     assert LatencyRecord.of([0.3, 0.1, 0.2]).digest() == record.digest()  # order does not count
+
+
+def test_zeros_are_exact_and_a_negative_zero_is_a_zero() -> None:
+    record = LatencyRecord.of([0.0, 0.0, 0.0, 1.0])
+    assert record.percentile(50) == 0.0
+    signed = LatencyRecord.of([-0.0] * 50 + [1.0] * 50)
+    assert (
+        signed.percentile(50) == 0.0
+        and signed.digest() == LatencyRecord.of([0.0] * 50 + [1.0] * 50).digest()
+    )
+
+
+def test_values_that_differ_inside_one_bucket_digest_apart() -> None:
+    near = LatencyRecord.of([1.0, 2.0, 3.0])
+    nudged = LatencyRecord.of([1.0, 2.0000001, 3.0])  # same bucket, same extremes
+    assert near.buckets() == nudged.buckets() and near.digest() != nudged.digest()
+    many = LatencyRecord.of([0.5])
+    many.add_times(0.25, 3)
+    assert many.digest() == LatencyRecord.of([0.25, 0.5, 0.25, 0.25]).digest()
