@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, ClassVar
-
-from pydantic import Field
+from typing import ClassVar
 
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
-from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.plugins.params import parse_params
+from orchestrator.routing.plugins.scorers.params import CapacityHeadroomParams
 from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
 from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR
-
-
-class _Params(PluginParamsModel):
-    degraded_capacity_factor: Annotated[
-        float, Field(gt=0.0, le=1.0, alias="degradedCapacityFactor")
-    ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
 
 
 class CapacityHeadroomScorer(RatesByUtilisation):
@@ -47,7 +40,7 @@ class CapacityHeadroomScorer(RatesByUtilisation):
 
     @classmethod
     def from_params(cls, name: str, params: PluginParams) -> CapacityHeadroomScorer:
-        parsed = parse_params(_Params, cls.TYPE, name, params)
+        parsed = parse_params(CapacityHeadroomParams, cls.TYPE, name, params)
         return cls(name, degraded_capacity_factor=parsed.degraded_capacity_factor)
 
     def score_utilised(

@@ -7,36 +7,27 @@ import hashlib
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Annotated, ClassVar
-
-from pydantic import Field
+from typing import ClassVar
 
 from orchestrator.core.records import Replica
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView
-from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.plugins.params import parse_params
+from orchestrator.routing.plugins.scorers.params import (
+    DEFAULT_PREFIX_LOAD_FACTOR as DEFAULT_LOAD_FACTOR,
+)
+from orchestrator.routing.plugins.scorers.params import (
+    DEFAULT_PREFIX_NOMINEES as DEFAULT_NOMINEES,
+)
+from orchestrator.routing.plugins.scorers.params import DEFAULT_VIRTUAL_NODES, PrefixAffinityParams
 from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
 from orchestrator.routing.signals import DEFAULT_DEGRADED_CAPACITY_FACTOR
 from orchestrator.table.snapshot import RoutingTable
 
-DEFAULT_LOAD_FACTOR = 0.25
-DEFAULT_VIRTUAL_NODES = 64
-DEFAULT_NOMINEES = 2
 NO_PREFIX_SCORE = 0.5
 _RING = 1 << 64
 _MASK = _RING - 1
-
-
-class _Params(PluginParamsModel):
-    load_factor: Annotated[float, Field(ge=0.0, alias="loadFactor")] = DEFAULT_LOAD_FACTOR
-    degraded_capacity_factor: Annotated[
-        float, Field(gt=0.0, le=1.0, alias="degradedCapacityFactor")
-    ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
-    virtual_nodes: Annotated[int, Field(ge=1, le=1024, alias="virtualNodes")] = (
-        DEFAULT_VIRTUAL_NODES
-    )
-    nominees: Annotated[int, Field(ge=1, le=64)] = DEFAULT_NOMINEES
 
 
 class _Ring:
@@ -114,7 +105,7 @@ class PrefixAffinityScorer(RatesByUtilisation):
 
     @classmethod
     def from_params(cls, name: str, params: PluginParams) -> PrefixAffinityScorer:
-        parsed = parse_params(_Params, cls.TYPE, name, params)
+        parsed = parse_params(PrefixAffinityParams, cls.TYPE, name, params)
         return cls(
             name,
             load_factor=parsed.load_factor,

@@ -6,36 +6,26 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Annotated, ClassVar
-
-from pydantic import Field
+from typing import ClassVar
 
 from orchestrator.routing.context import RequestContext
 from orchestrator.routing.memo import IdentityMemo
 from orchestrator.routing.plugin import Candidate, PluginParams, RoutingView, salt_rng
-from orchestrator.routing.plugins.params import PluginParamsModel, parse_params
+from orchestrator.routing.plugins.params import parse_params
+from orchestrator.routing.plugins.scorers.params import (
+    DEFAULT_MARGIN_S,
+    DEFAULT_REMOTE_SCORE,
+    SiteLocalityParams,
+)
+from orchestrator.routing.plugins.scorers.params import (
+    DEFAULT_SITE_NOMINEES as DEFAULT_NOMINEES,
+)
 from orchestrator.routing.plugins.scorers.utilised import RatesByUtilisation
 from orchestrator.routing.sampling import sample
 from orchestrator.routing.signals import (
     DEFAULT_DEGRADED_CAPACITY_FACTOR,
     predicted_ttft_s,
 )
-
-DEFAULT_MARGIN_S = 0.05
-DEFAULT_REMOTE_SCORE = 0.0
-DEFAULT_NOMINEES = 2
-
-
-class _Params(PluginParamsModel):
-    remote_score: Annotated[float, Field(ge=0.0, le=1.0, alias="remoteScore")] = (
-        DEFAULT_REMOTE_SCORE
-    )
-    margin_s: Annotated[float, Field(ge=0.0, alias="marginS")] = DEFAULT_MARGIN_S
-    degraded_capacity_factor: Annotated[
-        float, Field(gt=0.0, le=1.0, alias="degradedCapacityFactor")
-    ] = DEFAULT_DEGRADED_CAPACITY_FACTOR
-    nominees: Annotated[int, Field(ge=1, le=64)] = DEFAULT_NOMINEES
-    seed: int = 0
 
 
 def _by_site(eligible: Sequence[Candidate]) -> dict[str, list[Candidate]]:
@@ -90,7 +80,7 @@ class SiteLocalityScorer(RatesByUtilisation):
 
     @classmethod
     def from_params(cls, name: str, params: PluginParams) -> SiteLocalityScorer:
-        parsed = parse_params(_Params, cls.TYPE, name, params)
+        parsed = parse_params(SiteLocalityParams, cls.TYPE, name, params)
         return cls(
             name,
             remote_score=parsed.remote_score,
