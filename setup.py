@@ -14,6 +14,7 @@ after `pip install -e`) loads every compiled module from its source instead
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -81,12 +82,16 @@ def _remove_in_tree_extensions(keep: set[str] | None = None) -> None:
 
 
 def _build_tag() -> str:
-    """What else the extensions depend on: the interpreter's ABI and mypyc's version."""
+    """What else the extensions depend on: the interpreter's ABI, mypyc's version and the build's
+    own files (a change to the build requirements or to this hook builds again)."""
     try:
         from mypy.version import __version__ as mypy_version
     except ImportError:
         mypy_version = "none"
-    return f"{EXTENSION_SUFFIXES[0]} mypy {mypy_version}"
+    build_files = hashlib.blake2b(digest_size=8)
+    for name in ("setup.py", "pyproject.toml"):
+        build_files.update((ROOT / name).read_bytes())
+    return f"{EXTENSION_SUFFIXES[0]} mypy {mypy_version} build {build_files.hexdigest()}"
 
 
 def _in_tree_up_to_date() -> bool:
@@ -113,9 +118,11 @@ def _ext_modules() -> list[Any]:
         else:
             paths = [_compiled.source_path(name) for name in _compiled.COMPILED_MODULES]
             try:
-                # The build environment lacks the runtime dependencies, so modules the compiled
-                # ones import (not compiled themselves) may not type-check there: silent.
-                flags = ["--follow-imports=silent"]
+                # The build environment lacks most runtime dependencies, so modules the compiled
+                # ones import (not compiled themselves) may not type-check there: silent. A cache
+                # of its own: the dev tree's .mypy_cache knows every dependency, a fresh clone none,
+                # and the two builds must come out alike.
+                flags = ["--follow-imports=silent", "--cache-dir=build/mypyc-cache"]
                 return list(mypycify([*flags, *paths], opt_level="3", group_name=GROUP))
             except BaseException as error:  # mypy exits on a type error
                 _note(f"mypyc could not translate the modules ({error!r}); installing pure Python")
