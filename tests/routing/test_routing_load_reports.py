@@ -229,10 +229,9 @@ def test_a_stale_or_unreadable_load_neither_counts_in_the_shares_nor_is_moved() 
     assert others() == {"a": 5, "b": 1, "c": 1, "d": 1, "stale": 20, "broken": 20}
 
 
-def test_only_requests_in_flight_at_the_scrape_count_as_turned_over_when_they_finish() -> None:
-    """Requests sent after the scrape that end at once (a refused connection, a quick 4xx) say
-    nothing of how far other routers' requests have moved on: the skew stays until the four that
-    were in flight at the scrape finish."""
+def _eight_others_on_a() -> tuple[_Clock, FleetState, list[Replica]]:
+    """Replicas `a` and `b`, two of this router's requests on each, and a report at 1 s that
+    shows other routers' 8 more on `a`."""
     clock = _Clock()
     fleet = FleetState(clock=clock)
     replicas = [replica(i) for i in ("a", "b")]
@@ -243,43 +242,40 @@ def test_only_requests_in_flight_at_the_scrape_count_as_turned_over_when_they_fi
     fleet.reported("a", busy(2 + 8, at_s=1.0), now_s=1.0)
     fleet.reported("b", busy(2, at_s=1.0), now_s=1.0)
     fleet.reports_taken(1.0)
+    return clock, fleet, replicas
 
-    def others() -> tuple[int, int]:
-        return fleet.stats("a").others_in_flight(), fleet.stats("b").others_in_flight()  # type: ignore[union-attr]
+
+def _others(fleet: FleetState) -> tuple[int, int]:
+    return fleet.stats("a").others_in_flight(), fleet.stats("b").others_in_flight()  # type: ignore[union-attr]
+
+
+def test_only_requests_in_flight_at_the_scrape_count_as_turned_over_when_they_finish() -> None:
+    """Requests sent after the scrape that end at once (a refused connection, a quick 4xx) say
+    nothing of how far other routers' requests have moved on: the skew stays until the four that
+    were in flight at the scrape finish."""
+    clock, fleet, replicas = _eight_others_on_a()
 
     clock.now_s = 1.5
     for target in replicas * 4:
         fleet.started(target)
         fleet.finished(target, ok=False, output_tokens=0, tpot_s=None, started_s=1.5)
-    assert others() == (8, 0)
+    assert _others(fleet) == (8, 0)
     for target in replicas * 2:
         fleet.finished(target, ok=True, output_tokens=1, tpot_s=None, started_s=0.0)
-    assert others() == (4, 4)
+    assert _others(fleet) == (4, 4)
 
 
 def test_once_no_report_shows_other_routers_load_finishing_requests_moves_nothing() -> None:
     """Other routers' 8 on `a`, then they stop: the next batch shows none anywhere, and the skew
     of the batch before is not applied again as this router's requests finish (what the router
     alone reads: its own in-flight, no others)."""
-    clock = _Clock()
-    fleet = FleetState(clock=clock)
-    replicas = [replica(i) for i in ("a", "b")]
-    fleet.sync(table(replicas))
-    for target in replicas * 2:
-        fleet.started(target)
-    clock.now_s = 1.0
-    fleet.reported("a", busy(2 + 8, at_s=1.0), now_s=1.0)
-    fleet.reported("b", busy(2, at_s=1.0), now_s=1.0)
-    fleet.reports_taken(1.0)
+    clock, fleet, replicas = _eight_others_on_a()
     clock.now_s = 2.0
     for target in replicas:
         fleet.reported(target.replica_id, busy(2, at_s=2.0), now_s=2.0)
     fleet.reports_taken(2.0)
 
-    def others() -> tuple[int, int]:
-        return fleet.stats("a").others_in_flight(), fleet.stats("b").others_in_flight()  # type: ignore[union-attr]
-
-    assert others() == (0, 0)
+    assert _others(fleet) == (0, 0)
     for target in replicas * 2:
         fleet.finished(target, ok=True, output_tokens=1, tpot_s=None, started_s=0.0)
-    assert others() == (0, 0)
+    assert _others(fleet) == (0, 0)
