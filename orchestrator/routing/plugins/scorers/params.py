@@ -1,8 +1,8 @@
 """The scorers' parameter models, kept apart from the scorers so those compile with mypyc.
 
-mypyc rejects pydantic's `Field(...)` class attributes and `BaseModel` subclasses, so these
-models stay interpreted (this module is not in `COMPILED_MODULES`) while the scorers that
-validate their `params` with them are compiled. docs/compiled.md.
+mypyc rejects pydantic's `Field(...)` class attributes, so these models stay interpreted (this
+module is not in `COMPILED_MODULES`) while the scorers that validate their `params` with them are
+compiled. docs/compiled.md.
 """
 
 from __future__ import annotations
