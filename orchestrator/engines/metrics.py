@@ -12,6 +12,7 @@ counter's family name but keeps it on the sample, and a histogram may itself end
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +24,14 @@ from orchestrator.engines.errors import MalformedMetricsPageError, MissingMetric
 _QUOTED_LINE_CHARS = 120
 MAX_PAGE_BYTES = 4 * 1024 * 1024  # a page read to scrape, at most (vLLM's is tens of KB)
 _Labels = frozenset[tuple[str, str]]
+_Sample = tuple[str, dict[str, str], float]
+# A plain sample line: `name{a="x",b="y"} value`, no escapes, no spaces in the braces, no
+# timestamp or exemplar; anything else goes to prometheus_client's parser.
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
+_PLAIN_LABELS = re.compile(rf"(?:{_LABEL}(?:,{_LABEL})*,?)?")
+_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
+_PLAIN_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_PLAIN_VALUE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN")
 
 
 def parse_replica_load(exposition_text: str, names: MetricNames, now_s: float) -> ReplicaLoad:
@@ -94,34 +103,72 @@ def _values_by_series(
     for entry in wanted:
         by_name.setdefault(entry.name, []).append(entry)
     page = wanted_lines(text, by_name)
-    try:
-        families = list(text_string_to_metric_families(page))
-    except ValueError as exc:
-        # Line numbers of the whole page, so the message points where the reader will look.
-        raise MalformedMetricsPageError(_describe_parse_error(text, exc)) from exc
+    samples = plain_samples(page)
+    if samples is None:
+        try:
+            samples = [
+                (sample.name, sample.labels, sample.value)
+                for family in text_string_to_metric_families(page)
+                for sample in family.samples
+            ]
+        except ValueError as exc:
+            # Line numbers of the whole page, so the message points where the reader will look.
+            raise MalformedMetricsPageError(_describe_parse_error(text, exc)) from exc
     merged: dict[Series, dict[_Labels, float]] = {entry: {} for entry in wanted}
     seen: set[tuple[str, _Labels]] = set()
-    for family in families:
-        for sample in family.samples:
-            labels = frozenset(sample.labels.items())
-            key = (sample.name, labels)
-            if key in seen:
+    for name, sample_labels, value in samples:
+        labels = frozenset(sample_labels.items())
+        key = (name, labels)
+        if key in seen:
+            raise MalformedMetricsPageError(
+                f"series {name}{sample_labels} appears twice; refusing to count it twice"
+            )
+        seen.add(key)
+        for entry in by_name.get(name, ()):
+            if not entry.matches(sample_labels):
+                continue
+            if not (math.isfinite(value) and value >= 0):
                 raise MalformedMetricsPageError(
-                    f"series {sample.name}{sample.labels} appears twice; refusing to count it twice"
+                    f"{name}{sample_labels} is {value}; expected a finite value >= 0"
                 )
-            seen.add(key)
-            for entry in by_name.get(sample.name, ()):
-                if not entry.matches(sample.labels):
-                    continue
-                if not (math.isfinite(sample.value) and sample.value >= 0):
-                    raise MalformedMetricsPageError(
-                        f"{sample.name}{sample.labels} is {sample.value};"
-                        " expected a finite value >= 0"
-                    )
-                group = frozenset(item for item in labels if item[0] not in replicated)
-                values = merged[entry]
-                values[group] = max(values.get(group, 0.0), sample.value)
+            group = frozenset(item for item in labels if item[0] not in replicated)
+            values = merged[entry]
+            values[group] = max(values.get(group, 0.0), value)
     return {entry: list(values.values()) for entry, values in merged.items()}
+
+
+def plain_samples(page: str) -> list[_Sample] | None:
+    """The samples of `page` (lines as `wanted_lines` keeps them) when every line is a plain one
+    (`name{a="x",b="y"} value`: no escapes, no spaces between the braces, no timestamp); None
+    when any is not, and prometheus_client's parser reads the page instead. Where both read a
+    page they read the same samples (a test holds them to it); this one costs a fraction: the
+    control plane reads hundreds of pages a second."""
+    samples: list[_Sample] = []
+    for line in page.splitlines():
+        brace = line.find("{")
+        if brace < 0:
+            name, space, value = line.partition(" ")
+            labels: dict[str, str] = {}
+        else:
+            close = line.rfind("}")
+            body = line[brace + 1 : close]
+            if close < brace or line[close + 1 : close + 2] != " " or "\\" in body:
+                return None
+            if _PLAIN_LABELS.fullmatch(body) is None:
+                return None
+            pairs = _LABEL_PAIR.findall(body)
+            labels = dict(pairs)
+            if len(labels) != len(pairs) or "__name__" in labels:
+                return None
+            name, space, value = line[:brace], " ", line[close + 2 :]
+        if (
+            not space
+            or _PLAIN_NAME.fullmatch(name) is None
+            or _PLAIN_VALUE.fullmatch(value) is None
+        ):
+            return None
+        samples.append((name, labels, float(value)))
+    return samples
 
 
 def _raise_if_malformed(text: str) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.bench.vllm_page import vllm_metrics_page
 from orchestrator.core.records import ReplicaLoad
@@ -15,7 +19,7 @@ from orchestrator.engines import (
     parse_replica_load,
     vllm,
 )
-from orchestrator.engines.metrics import wanted_lines
+from orchestrator.engines.metrics import plain_samples, wanted_lines
 
 PAGES = Path(__file__).parent / "pages"
 
@@ -198,3 +202,91 @@ def test_only_the_series_the_adapter_reads_are_parsed() -> None:
     assert (load.running, load.waiting, load.kv_cache_usage) == (3, 0, 0.21)
     assert load.generation_tokens_total == 320_000.0
     assert wanted_lines(page, vllm.METRIC_NAMES.sample_names()).count("\n") == 5
+
+
+def _prometheus_samples(page: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (sample.name, sample.labels, float(sample.value))
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+    ]
+
+
+def _same(
+    ours: list[tuple[str, dict[str, str], float]], theirs: list[tuple[str, dict[str, str], float]]
+) -> bool:
+    return len(ours) == len(theirs) and all(
+        a[:2] == b[:2] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2])))
+        for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PAGES.glob("*.txt")))
+def test_engine_pages_take_the_plain_reading_and_it_reads_what_prometheus_client_does(
+    name: str,
+) -> None:
+    text = _page(name)
+    wanted = {
+        s.name for kind in ("vllm", "sglang") for s in adapter_for(kind).metric_names.all_series()
+    }
+    page = wanted_lines(text, wanted)
+    ours = plain_samples(page)
+    assert ours is not None and ours
+    assert _same(ours, _prometheus_samples(page))
+
+
+_LABEL_VALUES = st.text(alphabet='ab0 ,={}"\\\t', max_size=6)
+_VALUES = st.sampled_from(
+    [
+        "0",
+        "3",
+        "1.5",
+        "-2",
+        "1e3",
+        "2.5E-3",
+        ".5",
+        "7.",
+        "+Inf",
+        "-Inf",
+        "NaN",
+        "1_0",
+        "0x1f",
+        "inf",
+        "1 1700000000000",
+        " 2",
+        '1.0 # {a="b"} 1',
+    ]
+)
+
+
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.sampled_from(["m", "vllm:x_total", "sglang:y"]),
+            st.lists(
+                st.tuples(st.sampled_from(["a", "b", "tp_rank", "__name__"]), _LABEL_VALUES),
+                max_size=3,
+            ),
+            st.sampled_from(["", ",", ", "]),
+            _VALUES,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+@settings(max_examples=400, deadline=None)
+def test_the_plain_reading_reads_what_prometheus_client_does_or_declines(
+    lines: list[tuple[str, list[tuple[str, str]], str, str]],
+) -> None:
+    text = ""
+    for metric, labels, trailer, value in lines:
+        body = ",".join(f'{key}="{label}"' for key, label in labels)
+        text += (
+            f"{metric}{{{body}{trailer if labels else ''}}} {value}\n"
+            if labels
+            else f"{metric} {value}\n"
+        )
+    ours = plain_samples(text)
+    if ours is None:
+        return  # declined: prometheus_client's parser reads it (or rejects it) as before
+    assert _same(ours, _prometheus_samples(text))
