@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import sys
 import warnings
@@ -145,3 +146,38 @@ def test_orchestrator_pure_runs_the_sources_without_a_warning(
 def test_every_compiled_module_has_its_source() -> None:
     assert all((TREE / _compiled.source_path(m)).is_file() for m in _compiled.COMPILED_MODULES)
     assert len(set(_compiled.COMPILED_MODULES)) == len(_compiled.COMPILED_MODULES)
+
+
+def _except_names_of_two_classes(source: str) -> list[str]:
+    """`except A as e` and `except B as e` in one function: compiled, `e` has A's type, so the
+    second clause raises TypeError instead of handling B (mypyc types a name once per scope)."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        classes: dict[str, set[str]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                classes.setdefault(node.name, set()).add(ast.unparse(node.type))
+        found += [f"{function.name}: as {n}" for n, c in classes.items() if len(c) > 1]
+    return found
+
+
+def test_the_check_for_shared_except_names_finds_one() -> None:
+    shared = "def f():\n try: g()\n except KeyError as e: h(e)\n except OSError as e: h(e)\n"
+    assert _except_names_of_two_classes(shared) == ["f: as e"]
+    apart = shared.replace("OSError as e: h(e)", "OSError as gone: h(gone)")
+    assert _except_names_of_two_classes(apart) == []
+
+
+def test_no_compiled_function_binds_one_except_name_to_two_classes() -> None:
+    found = {
+        module: names
+        for module in _compiled.COMPILED_MODULES
+        if (
+            names := _except_names_of_two_classes(
+                (TREE / _compiled.source_path(module)).read_text()
+            )
+        )
+    }
+    assert found == {}

@@ -135,8 +135,8 @@ class HttpConnection(asyncio.Protocol):
                 self._stop_parsing(error_answer(internal))
         except httptools.HttpParserUpgrade:
             self._stop_parsing(None)  # answered as plain HTTP; the connection closes after it
-        except httptools.HttpParserError as error:
-            reason = _parser_reason(error)
+        except httptools.HttpParserError as refused:  # own name: mypyc types each `as` name once
+            reason = _parser_reason(refused)
             _parse_errors("refused a malformed request: %s", reason)
             self._stop_parsing(bad_request(f"malformed HTTP request: {reason}"))
         else:
