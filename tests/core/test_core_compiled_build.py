@@ -181,3 +181,37 @@ def test_no_compiled_function_binds_one_except_name_to_two_classes() -> None:
         )
     }
     assert found == {}
+
+
+def _awaits_in_handlers(source: str) -> list[int]:
+    """Lines of an `await` (or `async for`/`async with`) inside an `except` or `finally` block.
+    Compiled, a coroutine suspended there leaves the exception it handles as the thread's, and
+    a later coroutine's `finally` raised that stale exception: after a client hung up on a
+    stream, the next stream's connection was closed once its answer was out."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Try | ast.TryStar):
+            continue
+        for block in [node.finalbody, *(handler.body for handler in node.handlers)]:
+            for statement in block:
+                lines += [
+                    sub.lineno
+                    for sub in ast.walk(statement)
+                    if isinstance(sub, ast.Await | ast.AsyncFor | ast.AsyncWith)
+                ]
+    return lines
+
+
+def test_the_check_for_awaits_in_handlers_finds_one() -> None:
+    source = "async def f():\n try: await g()\n finally:\n  await h()\n"
+    assert _awaits_in_handlers(source) == [4]
+    assert _awaits_in_handlers(source.replace(" finally:\n  await h()", " finally:\n  h()")) == []
+
+
+def test_no_compiled_coroutine_awaits_inside_except_or_finally() -> None:
+    found = {}
+    for module in _compiled.COMPILED_MODULES:
+        source = (TREE / _compiled.source_path(module)).read_text(encoding="utf-8")
+        if lines := _awaits_in_handlers(source):
+            found[module] = lines
+    assert found == {}

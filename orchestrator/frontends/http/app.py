@@ -277,7 +277,11 @@ class OpenAiFrontend:
                 async with asyncio.timeout(MODELS_LOOKUP_S):
                     reply = await self._service.to_any_replica(model, "GET", "/v1/models", b"")
                 listed = json.loads(reply.body)["data"]
-                length = next(m["max_model_len"] for m in listed if m.get("id") == model)
+                length = next(
+                    m["max_model_len"]
+                    for m in listed
+                    if isinstance(m, dict) and m.get("id") == model  # a replica's answer: any JSON
+                )
             except (
                 OrchestratorError,
                 TimeoutError,

@@ -338,7 +338,8 @@ class HttpConnection(asyncio.Protocol):
         pending = stream_head(answer, self._shared.date.line(), keep_alive and not self._closing,
                               http10)  # fmt: skip
         cap = self._settings.stream_buffer_bytes
-        ended = False
+        ended = cut = False
+        failure: BaseException | None = None
         try:
             async for piece in chunks:
                 if not piece:
@@ -350,13 +351,21 @@ class HttpConnection(asyncio.Protocol):
                 pending = b""
                 self._write(data)
                 if not ended and self._behind() > cap:
-                    await chunks.aclose()
-                    self._cut(answer, http10)
-                    return
-            if not ended:
-                self._write(pending if http10 else pending + LAST_CHUNK)
-        finally:
-            await chunks.aclose()
+                    cut = True
+                    break
+            else:
+                if not ended:
+                    self._write(pending if http10 else pending + LAST_CHUNK)
+        except BaseException as raised:
+            failure = raised
+        # The source is closed outside any `except` or `finally`: compiled (mypyc), a coroutine
+        # suspended there leaves its exception as the thread's, and a later coroutine's
+        # `finally` raised that stale exception (a finished stream's connection was closed).
+        await chunks.aclose()
+        if failure is not None:
+            raise failure
+        if cut:
+            self._cut(answer, http10)
 
     def _behind(self) -> int:
         """Bytes written to this client that it has not read yet (held in the transport)."""
