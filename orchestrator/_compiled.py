@@ -24,9 +24,23 @@ from pathlib import Path
 from types import ModuleType
 
 COMPILED_MODULES = (
+    "orchestrator.admission.controller",
     "orchestrator.bench.fast_step_cost",
     "orchestrator.bench.virtual_fleet",
     "orchestrator.fleet.step_cost",
+    "orchestrator.forwarding.attempts",
+    "orchestrator.forwarding.dispatcher",
+    "orchestrator.forwarding.event_stream",
+    "orchestrator.forwarding.metrics",
+    "orchestrator.forwarding.replica_connection",
+    "orchestrator.forwarding.upstream",
+    "orchestrator.forwarding.upstream_response",
+    "orchestrator.frontends.http.app",
+    "orchestrator.frontends.http.connection",
+    "orchestrator.frontends.http.context",
+    "orchestrator.frontends.http.framing",
+    "orchestrator.frontends.http.request_reader",
+    "orchestrator.router_service",
     "orchestrator.routing.context",
     "orchestrator.routing.estimator",
     "orchestrator.routing.fleet_state",

@@ -24,7 +24,7 @@ from orchestrator.forwarding.dispatch_settings import (
     DEFAULT_STALL_TIMEOUT_S,
     DispatchSettings,
 )
-from orchestrator.forwarding.upstream import UpstreamSettings
+from orchestrator.forwarding.upstream_settings import UpstreamSettings
 from orchestrator.routing.profile import Profile
 from orchestrator.routing.profiles import DEFAULT_PROFILE, builtin_profiles
 

@@ -130,8 +130,11 @@ def driver_section() -> list[str]:
 
 def router_section() -> list[str]:
     registry = CollectorRegistry()
-    metrics = RouterMetrics(registry)
-    families = [value for value in vars(metrics).values() if isinstance(value, MetricWrapperBase)]
+    RouterMetrics(registry)  # registers its families
+    # In the order `RouterMetrics` registers them (its instances have no `__dict__` when
+    # compiled, docs/compiled.md), which is the order its `__init__` declares them.
+    collectors = list(registry._collector_to_names)  # no public listing in that order
+    families = [value for value in collectors if isinstance(value, MetricWrapperBase)]
     lines = [
         "",
         "## Router (`orchestrator router`)",

@@ -28,9 +28,11 @@ fi
 echo "pytest ..." >&2
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 if [ "$build" = compiled ] && [ $# -eq 0 ]; then
-  # The image the chart deploys runs pure Python: the golden digests and the routing tests from
-  # the sources too.
-  echo "pytest, pure Python: the golden digests and tests/routing ..." >&2
+  # A machine without a compiler installs the sources: the golden digests, the routing tests
+  # and the router's framing, bad-input and fuzz tests from the sources too.
+  echo "pytest, pure Python: the golden digests, tests/routing, the router's framing ..." >&2
   ORCHESTRATOR_PURE=1 .venv/bin/python -m pytest -p no:cacheprovider -q tests/routing \
-    tests/bench/test_bench_sim_speed.py::test_a_small_fleet_makes_the_picks_and_results_it_always_made
+    tests/bench/test_bench_sim_speed.py::test_a_small_fleet_makes_the_picks_and_results_it_always_made \
+    tests/router/test_router_bad_input.py tests/router/test_router_fuzz.py \
+    tests/router/test_router_http_framing.py tests/router/test_router_replica_framing.py
 fi

@@ -17,8 +17,8 @@ from orchestrator.config.flags import from_args
 from orchestrator.config.http import HttpSpec, StreamBufferSpec
 
 if TYPE_CHECKING:
-    from orchestrator.frontends.http.app import HttpSettings
     from orchestrator.frontends.http.auth import ApiKeys
+    from orchestrator.frontends.http.settings import HttpSettings
 
 
 def add_flags(router: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def add_flags(router: argparse.ArgumentParser) -> None:
 
 def http_settings(args: argparse.Namespace, api_keys: ApiKeys | None) -> HttpSettings:
     """The HTTP front end's limits from the flags, with the API keys."""
-    from orchestrator.frontends.http.app import HttpSettings
+    from orchestrator.frontends.http.settings import HttpSettings
 
     limits = {
         **from_args(HttpSpec, args).model_dump(),

@@ -15,7 +15,7 @@ from orchestrator.config.flags import from_args
 from orchestrator.config.upstream import UpstreamSpec
 
 if TYPE_CHECKING:
-    from orchestrator.forwarding.upstream import UpstreamSettings
+    from orchestrator.forwarding.upstream_settings import UpstreamSettings
     from orchestrator.security.files import TlsFiles
 
 
@@ -31,7 +31,7 @@ def breaker_settings(args: argparse.Namespace) -> BreakerSpec:
 
 def upstream_settings(args: argparse.Namespace, replica_tls: TlsFiles | None) -> UpstreamSettings:
     """The pool's limits from the flags, with the replicas' TLS files."""
-    from orchestrator.forwarding.upstream import UpstreamSettings
+    from orchestrator.forwarding.upstream_settings import UpstreamSettings
 
     limits = from_args(UpstreamSpec, args)
     return UpstreamSettings.model_validate({**limits.model_dump(), "replica_tls": replica_tls})

@@ -315,14 +315,15 @@ class Dispatcher:
                     )
                 if not first:
                     raise AttemptFailed(UpstreamErrorKind.DISCONNECT)
-            except UpstreamMalformed as error:
-                raise AttemptFailed(UpstreamErrorKind.MALFORMED) from error
-            except UpstreamDisconnected as error:
-                raise AttemptFailed(UpstreamErrorKind.DISCONNECT) from error
-            except UpstreamConnectError as error:
+            # One name per clause: compiled, each `as` name has the type of its first clause.
+            except UpstreamMalformed as malformed:
+                raise AttemptFailed(UpstreamErrorKind.MALFORMED) from malformed
+            except UpstreamDisconnected as disconnected:
+                raise AttemptFailed(UpstreamErrorKind.DISCONNECT) from disconnected
+            except UpstreamConnectError as unreachable:
                 if self._clock.now() >= request.deadline_s:
                     raise _deadline_error() from None
-                raise AttemptFailed(UpstreamErrorKind.CONNECT) from error
+                raise AttemptFailed(UpstreamErrorKind.CONNECT) from unreachable
             except TimeoutError:
                 if bounded and self._clock.now() < request.deadline_s:
                     raise AttemptFailed(UpstreamErrorKind.FIRST_BYTE_TIMEOUT) from None

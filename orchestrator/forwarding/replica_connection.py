@@ -113,8 +113,8 @@ class ReplicaConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._broken("the replica switched protocols")
             return
-        except httptools.HttpParserError as error:
-            self._broken(f"malformed response: {error}")
+        except httptools.HttpParserError as refused:  # a name of its own: mypyc types each
+            self._broken(f"malformed response: {refused}")
             return
         if self._in_head and self._read_in_head > MAX_HEAD_BYTES:
             self._broken("the response head is too long")

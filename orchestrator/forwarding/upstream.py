@@ -17,9 +17,6 @@ from collections.abc import Coroutine, Set
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from pydantic import InstanceOf
-
-from orchestrator.config.upstream import UpstreamSpec
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.forwarding.replica_connection import ReplicaConnection
 from orchestrator.forwarding.upstream_response import (
@@ -29,7 +26,8 @@ from orchestrator.forwarding.upstream_response import (
     UpstreamMalformed,
     UpstreamResponse,
 )
-from orchestrator.security.files import Signature, TlsFiles
+from orchestrator.forwarding.upstream_settings import UpstreamSettings
+from orchestrator.security.files import Signature
 from orchestrator.security.http_tls import client_context
 
 __all__ = [
@@ -46,14 +44,6 @@ log = logging.getLogger(__name__)
 
 TLS_CHECK_INTERVAL_S: Final = 1.0  # how often the replica TLS files are stat'ed, at most
 _JSON_HEADERS: Final = b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-
-
-class UpstreamSettings(UpstreamSpec):
-    """The `router.upstream` limits (`config/upstream.py`) and `replica_tls`, which verifies
-    `https` replicas (its CA; None: the system's trust store) and, with a cert, presents that
-    to them."""
-
-    replica_tls: InstanceOf[TlsFiles] | None = None
 
 
 class _Origin:

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from functools import partial
 
 from orchestrator.controlplane.watch_client import follow_routing_table
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.server import Companion, Listen, serve
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.router_settings import router_profile
 from orchestrator.security.files import TlsFiles

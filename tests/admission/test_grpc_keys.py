@@ -29,8 +29,8 @@ from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grp
 from orchestrator.core.generations import Generation
 from orchestrator.frontends.grpc.server import GrpcServer, start_grpc_server
 from orchestrator.frontends.grpc.servicer import SERVICE_NAME
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.sim.replica import ReplicaSettings
 
 ALPHA = "sk-grpc-alpha-0123456789"  # a 5-token budget refilled at 1 token/s

@@ -20,8 +20,8 @@ from orchestrator.admission.keys import ApiKey, KeyFile, KeyLimits, KeyRing, dig
 from orchestrator.admission.limits import KeyLimiter
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.generations import Generation
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.sim.replica import ReplicaSettings
 
 SECRET_A = "sk-test-alpha-0123456789"

@@ -31,7 +31,7 @@ from router_harness import (
 )
 
 from orchestrator.core.generations import Generation
-from orchestrator.frontends.http.app import HttpSettings
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.sim.replica import ReplicaSettings
 
 STREAMS = 50

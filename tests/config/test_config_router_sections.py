@@ -15,7 +15,7 @@ from orchestrator.config.flags import from_args, to_flags
 from orchestrator.config.grpc import GrpcSpec
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.frontends.grpc.server import GrpcSettings
-from orchestrator.frontends.http.app import HttpSettings
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterSettings
 
 BASE = """apiVersion: orchestrator/v1alpha1

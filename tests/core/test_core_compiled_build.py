@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import sys
 import warnings
@@ -145,3 +146,72 @@ def test_orchestrator_pure_runs_the_sources_without_a_warning(
 def test_every_compiled_module_has_its_source() -> None:
     assert all((TREE / _compiled.source_path(m)).is_file() for m in _compiled.COMPILED_MODULES)
     assert len(set(_compiled.COMPILED_MODULES)) == len(_compiled.COMPILED_MODULES)
+
+
+def _except_names_of_two_classes(source: str) -> list[str]:
+    """`except A as e` and `except B as e` in one function: compiled, `e` has A's type, so the
+    second clause raises TypeError instead of handling B (mypyc types a name once per scope)."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        classes: dict[str, set[str]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                classes.setdefault(node.name, set()).add(ast.unparse(node.type))
+        found += [f"{function.name}: as {n}" for n, c in classes.items() if len(c) > 1]
+    return found
+
+
+def test_the_check_for_shared_except_names_finds_one() -> None:
+    shared = "def f():\n try: g()\n except KeyError as e: h(e)\n except OSError as e: h(e)\n"
+    assert _except_names_of_two_classes(shared) == ["f: as e"]
+    apart = shared.replace("OSError as e: h(e)", "OSError as gone: h(gone)")
+    assert _except_names_of_two_classes(apart) == []
+
+
+def test_no_compiled_function_binds_one_except_name_to_two_classes() -> None:
+    found = {
+        module: names
+        for module in _compiled.COMPILED_MODULES
+        if (
+            names := _except_names_of_two_classes(
+                (TREE / _compiled.source_path(module)).read_text()
+            )
+        )
+    }
+    assert found == {}
+
+
+def _awaits_in_handlers(source: str) -> list[int]:
+    """Lines of an `await` (or `async for`/`async with`) inside an `except` or `finally` block.
+    Compiled, a coroutine suspended there leaves the exception it handles as the thread's, and
+    a later coroutine's `finally` raised that stale exception: after a client hung up on a
+    stream, the next stream's connection was closed once its answer was out."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Try | ast.TryStar):
+            continue
+        for block in [node.finalbody, *(handler.body for handler in node.handlers)]:
+            for statement in block:
+                lines += [
+                    sub.lineno
+                    for sub in ast.walk(statement)
+                    if isinstance(sub, ast.Await | ast.AsyncFor | ast.AsyncWith)
+                ]
+    return lines
+
+
+def test_the_check_for_awaits_in_handlers_finds_one() -> None:
+    source = "async def f():\n try: await g()\n finally:\n  await h()\n"
+    assert _awaits_in_handlers(source) == [4]
+    assert _awaits_in_handlers(source.replace(" finally:\n  await h()", " finally:\n  h()")) == []
+
+
+def test_no_compiled_coroutine_awaits_inside_except_or_finally() -> None:
+    found = {}
+    for module in _compiled.COMPILED_MODULES:
+        source = (TREE / _compiled.source_path(module)).read_text(encoding="utf-8")
+        if lines := _awaits_in_handlers(source):
+            found[module] = lines
+    assert found == {}

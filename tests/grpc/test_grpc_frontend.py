@@ -722,7 +722,9 @@ def test_an_unexpected_failure_retrieving_a_response_is_internal_and_logged_with
     async def broken(*_: object, **__: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(router.service, "stored_response", broken)  # a fault, injected
+    # A fault, injected where the (compiled) service looks a stored response up: an instance's
+    # methods of a compiled class cannot be replaced, its interpreted collaborators' can.
+    monkeypatch.setattr(router.service.stored_responses, "holder", broken)
     with pytest.raises(grpc.RpcError) as caught:
         router.stub.GetResponse(pb.GetResponseRequest(id="resp_secretish"), timeout=10)
     assert caught.value.code() == grpc.StatusCode.INTERNAL

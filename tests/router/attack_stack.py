@@ -30,12 +30,12 @@ from router_harness import MODEL, AppThread, ReplicaEntry, replicas_document
 
 from orchestrator._proto.orchestrator.router.v1 import router_pb2_grpc as pb_grpc
 from orchestrator.forwarding.breaker import BreakerSettings
-from orchestrator.forwarding.upstream import UpstreamSettings
+from orchestrator.forwarding.upstream_settings import UpstreamSettings
 from orchestrator.frontends.grpc.server import GrpcServer, GrpcSettings, start_grpc_server
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
 from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import parse_replicas

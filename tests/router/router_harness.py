@@ -30,9 +30,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService, RouterSettings, profile_named
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import parse_replicas

@@ -21,9 +21,9 @@ from router_harness import (
     wait_until,
 )
 
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.auth import ApiKeys
 from orchestrator.frontends.http.messages import Request
+from orchestrator.frontends.http.settings import HttpSettings
 
 LIMIT = 64 * 1024
 KEY = "sk-router-test-0123456789"

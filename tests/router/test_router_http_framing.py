@@ -25,9 +25,9 @@ from router_harness import (
 )
 
 from orchestrator.core.generations import Generation
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.limits import ConnectionSettings
 from orchestrator.frontends.http.server import RouterHttpServer
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService, profile_named
 from orchestrator.sim.replica import ReplicaSettings
 from orchestrator.table.source import TableHolder

@@ -25,8 +25,9 @@ from router_harness import (
 )
 
 from orchestrator.core.generations import Generation
-from orchestrator.frontends.http.app import REPLICA_HEADER, HttpSettings
+from orchestrator.frontends.http.app import REPLICA_HEADER
 from orchestrator.frontends.http.auth import ApiKeys
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.sim.replica import ReplicaSettings
 
 WEATHER = {

@@ -11,8 +11,8 @@ import aiohttp
 from replica_server import ReplicaThread
 from router_harness import MODEL, ReplicaEntry, replicas_document
 
-from orchestrator.frontends.http.app import HttpSettings
 from orchestrator.frontends.http.server import serve_until_stopped
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService, profile_named
 from orchestrator.table.source import TableHolder
 from orchestrator.table.static_file import parse_replicas

@@ -30,21 +30,18 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
-from pydantic import InstanceOf
 
 from orchestrator.admission.keys import ApiKey
-from orchestrator.config.http import HttpSpec, StreamBufferSpec
-from orchestrator.config.settings_model import CheckedSettings
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
 from orchestrator.forwarding.passthrough import WholeReply
 from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.forwarding.stream_relay import StreamRelay
-from orchestrator.frontends.http.auth import ApiKeys
 from orchestrator.frontends.http.context import request_context, responses_context
 from orchestrator.frontends.http.messages import Answer, Request, StreamAnswer
 from orchestrator.frontends.http.routes import Route, RouteTable
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService
 
 log = logging.getLogger(__name__)
@@ -57,14 +54,6 @@ MODELS_LOOKUP_S: Final = 2.0  # how long `/v1/models` waits for a replica's cont
 MODELS_LOOKUP_EVERY_S: Final = 30.0  # how often it asks again while some length is unknown
 REPLICA_HEADER: Final = "x-orchestrator-replica"
 STREAM_HEADERS: Final = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
-
-
-class HttpSettings(HttpSpec, StreamBufferSpec, CheckedSettings):
-    """`max_body_bytes` caps a request body; `stream_buffer_bytes` caps a stream's bytes the
-    client has not read yet (then it is cut); both declared in `config/http.py`. `api_keys`
-    None means no authentication. A bad value raises INVALID_ARGUMENT naming the field."""
-
-    api_keys: InstanceOf[ApiKeys] | None = None
 
 
 class OpenAiFrontend:
@@ -288,7 +277,11 @@ class OpenAiFrontend:
                 async with asyncio.timeout(MODELS_LOOKUP_S):
                     reply = await self._service.to_any_replica(model, "GET", "/v1/models", b"")
                 listed = json.loads(reply.body)["data"]
-                length = next(m["max_model_len"] for m in listed if m.get("id") == model)
+                length = next(
+                    m["max_model_len"]
+                    for m in listed
+                    if isinstance(m, dict) and m.get("id") == model  # a replica's answer: any JSON
+                )
             except (
                 OrchestratorError,
                 TimeoutError,

@@ -135,8 +135,8 @@ class HttpConnection(asyncio.Protocol):
                 self._stop_parsing(error_answer(internal))
         except httptools.HttpParserUpgrade:
             self._stop_parsing(None)  # answered as plain HTTP; the connection closes after it
-        except httptools.HttpParserError as error:
-            reason = _parser_reason(error)
+        except httptools.HttpParserError as refused:  # own name: mypyc types each `as` name once
+            reason = _parser_reason(refused)
             _parse_errors("refused a malformed request: %s", reason)
             self._stop_parsing(bad_request(f"malformed HTTP request: {reason}"))
         else:
@@ -338,7 +338,8 @@ class HttpConnection(asyncio.Protocol):
         pending = stream_head(answer, self._shared.date.line(), keep_alive and not self._closing,
                               http10)  # fmt: skip
         cap = self._settings.stream_buffer_bytes
-        ended = False
+        ended = cut = False
+        failure: BaseException | None = None
         try:
             async for piece in chunks:
                 if not piece:
@@ -350,13 +351,21 @@ class HttpConnection(asyncio.Protocol):
                 pending = b""
                 self._write(data)
                 if not ended and self._behind() > cap:
-                    await chunks.aclose()
-                    self._cut(answer, http10)
-                    return
-            if not ended:
-                self._write(pending if http10 else pending + LAST_CHUNK)
-        finally:
-            await chunks.aclose()
+                    cut = True
+                    break
+            else:
+                if not ended:
+                    self._write(pending if http10 else pending + LAST_CHUNK)
+        except BaseException as raised:
+            failure = raised
+        # The source is closed outside any `except` or `finally`: compiled (mypyc), a coroutine
+        # suspended there leaves its exception as the thread's, and a later coroutine's
+        # `finally` raised that stale exception (a finished stream's connection was closed).
+        await chunks.aclose()
+        if failure is not None:
+            raise failure
+        if cut:
+            self._cut(answer, http10)
 
     def _behind(self) -> int:
         """Bytes written to this client that it has not read yet (held in the transport)."""

@@ -140,16 +140,16 @@ def _priority(
 
     An integer body `priority` is vLLM's scheduling priority: the replica's, not routing's.
     """
-    raw = headers.get(PRIORITY_HEADER)
+    raw: object = headers.get(PRIORITY_HEADER)  # `object`: the body's value may be anything
     param = PRIORITY_HEADER
     if raw is None:
         raw = body.get("priority")
         param = "priority"
         if raw is None or (isinstance(raw, int) and not isinstance(raw, bool)):
             return default, None
-        if not isinstance(raw, str):
-            known = _known(classes)
-            raise _invalid(param, f"`priority` must be a class name ({known}) or an integer")
+    if not isinstance(raw, str):
+        known = _known(classes)
+        raise _invalid(param, f"`priority` must be a class name ({known}) or an integer")
     name = raw.strip().lower()
     lane = classes.get(name)
     if lane is None:

@@ -30,14 +30,10 @@ from multiprocessing.process import BaseProcess
 from typing import Final
 
 from orchestrator.core.errors import ErrorCode, OrchestratorError
-from orchestrator.frontends.http.app import (
-    HttpSettings,
-    OpenAiFrontend,
-    build_routes,
-    metrics_routes,
-)
+from orchestrator.frontends.http.app import OpenAiFrontend, build_routes, metrics_routes
 from orchestrator.frontends.http.connections import Connections
 from orchestrator.frontends.http.limits import ConnectionSettings
+from orchestrator.frontends.http.settings import HttpSettings
 from orchestrator.router_service import RouterService
 from orchestrator.security.files import TlsFiles
 from orchestrator.security.http_tls import ReloadingServerContext
