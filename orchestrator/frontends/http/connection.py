@@ -363,7 +363,10 @@ class HttpConnection(asyncio.Protocol):
         # `finally` raised that stale exception (a finished stream's connection was closed).
         await chunks.aclose()
         if failure is not None:
-            raise failure
+            try:
+                raise failure
+            finally:  # its traceback holds this frame: kept here, the two would form a cycle
+                failure = None
         if cut:
             self._cut(answer, http10)
 
