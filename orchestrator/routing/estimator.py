@@ -42,6 +42,7 @@ SMOOTHING = 0.3  # weight of a new estimate in the published capacity
 RATIO_SMOOTHING = 0.05  # weight of one scrape in the running prompt/output ratio
 MIN_BATCH = 1.0
 QUEUED_SCRAPES = 5  # scrapes of a persistent queue over a flat batch before a limit is believed
+QUEUED_STEPS = 20  # ... and engine steps: arrivals wait for the next step, a slow one holds them
 QUEUE_FLOOR = 3  # fewer waiting requests than this is the normal wait for a prefill slot
 PLATEAU_GROWTH = 1.02  # a batch that grew less than this over the queued scrapes is flat
 LIGHT_LOAD = 0.4  # below this share of the step target, a lower estimate is not believed
@@ -82,6 +83,8 @@ class _Fit:
     batch_limit: float | None = None
     queued_scrapes: int = 0
     queued_since_batch: float = 0.0
+    queued_since_s: float = 0.0
+    step_s: float = 0.0  # the last measured step; 0 until one is
     observations: int = 0
     utilisation: float = 0.0  # smoothed mean step over the step target
 
@@ -147,7 +150,7 @@ class CapacityEstimator:
         if window and (generated < window[-1][1] or now_s <= window[-1][0]):
             window.clear()  # the engine restarted (its counters began again) or time went back
         window.append((now_s, generated, prompt, load.running))
-        self._track_batch_limit(fit, load)
+        self._track_batch_limit(fit, load, now_s)
         if len(window) <= WINDOW_SCRAPES:
             return
         first_s, first_generated, first_prompt, _ = window.popleft()
@@ -161,6 +164,7 @@ class CapacityEstimator:
             fit.ratio += RATIO_SMOOTHING * (ratio - fit.ratio)
         step_s = batch * (now_s - first_s) / produced
         fit.update([1.0, batch, batch * ratio], step_s)
+        fit.step_s = step_s
         stats.measured_batch, stats.measured_step_s = batch, step_s
         fit.utilisation += SMOOTHING * (step_s / self.load_step_s - fit.utilisation)
         self._publish_line(fit, stats)
@@ -200,19 +204,30 @@ class CapacityEstimator:
         return min(1.0, max(0.0, (utilisation - LIGHT_LOAD) / (HEAVY_LOAD - LIGHT_LOAD)))
 
     @staticmethod
-    def _track_batch_limit(fit: _Fit, load: ReplicaLoad) -> None:
+    def _track_batch_limit(fit: _Fit, load: ReplicaLoad, now_s: float) -> None:
         """A request waits a step or two for its prefill while the batch grows; only a queue
-        that persists while the batch stays flat shows the engine's sequence or KV limit."""
+        that persists while the batch stays flat shows the engine's sequence or KV limit.
+
+        "Persists" is counted in scrapes and in the engine's own steps: a replica stepping
+        slower than the scrape interval shows each scrape's arrivals waiting for the next
+        step, and a router that holds the batch at its room keeps it flat meanwhile. That
+        queue is the step's, not the engine's limit, so it must last many steps (and no limit
+        is believed before a step has been measured).
+        """
         if load.waiting < max(QUEUE_FLOOR, 0.02 * load.running) or load.running == 0:
             fit.queued_scrapes = 0
             return
         if fit.queued_scrapes == 0:
             fit.queued_since_batch = float(load.running)
+            fit.queued_since_s = now_s
         fit.queued_scrapes += 1
         if load.running > PLATEAU_GROWTH * fit.queued_since_batch:
             fit.queued_scrapes = 1
             fit.queued_since_batch = float(load.running)
-        elif fit.queued_scrapes >= QUEUED_SCRAPES:
+            fit.queued_since_s = now_s
+            return
+        lasted_steps = fit.step_s > 0.0 and now_s - fit.queued_since_s >= QUEUED_STEPS * fit.step_s
+        if fit.queued_scrapes >= QUEUED_SCRAPES and lasted_steps:
             limit = float(load.running)
             fit.batch_limit = limit if fit.batch_limit is None else max(fit.batch_limit, limit)
 

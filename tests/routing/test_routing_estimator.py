@@ -209,6 +209,22 @@ def test_a_queue_over_a_flat_batch_caps_capacity_at_that_batch() -> None:
     assert stats.capacity_tokens_per_s < 1.2 * 3_200
 
 
+def test_a_slow_stepping_engine_queue_is_no_limit_until_it_lasts_many_steps() -> None:
+    """A replica stepping every 2 s shows each scrape's arrivals waiting for the next step
+    while the batch stays flat: that is the step's queue, not a sequence limit, until it has
+    lasted many steps (a time-scaled replica under a router that holds its batch at its room)."""
+    estimator = CapacityEstimator(target_ttft_s=30.0, target_tpot_s=2.0)
+    stats = ReplicaStats(1_000.0)
+    generated = 0.0
+    for second in range(1, 61):
+        generated += 64 / 2.0  # 64 sequences, a 2 s step, 40 waiting at every scrape
+        load = ReplicaLoad(64, 40, 0.5, generated * 4, generated, float(second))
+        estimator.update("r", stats, load, float(second))
+        if second == 30:  # 15 steps: the step's own queue
+            assert stats.batch_limit is None
+    assert stats.batch_limit == 64  # 30 steps: a queue that outlasts them is the engine's limit
+
+
 def test_an_sglang_replica_is_learned_as_a_vllm_one_is() -> None:
     """The same engines, scraped through SGLang's page instead of vLLM's, end at the same
     capacities: the adapter reads SGLang's per-step token counter and counts its ranks once."""
