@@ -24,6 +24,8 @@ from orchestrator.routing.stats import ReplicaStats
 from orchestrator.table.snapshot import RoutingTable
 
 LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency averages
+DEFAULT_LOOSE_LIFE_S = 30.0  # a loose request's life before one was measured (1,300 tokens)
+LIFE_SMOOTHING = 0.05  # weight of one finished loose request in their mean life
 
 
 class FleetState:
@@ -55,6 +57,10 @@ class FleetState:
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
         self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
         self._not_ready: set[str] = set()  # replicas the table has draining (never reserved)
+        # since when (router clock) the choice has wanted to let a held replica go; and how long
+        # a request looser than the reserved target lives, the time to wait before it may
+        self._release_wanted_since: float | None = None
+        self._loose_life_s = DEFAULT_LOOSE_LIFE_S
         self.circuit_changes = 0  # circuits opened or closed so far (what is routable moved)
 
     def sync(self, table: RoutingTable) -> None:
@@ -177,6 +183,10 @@ class FleetState:
         stats.output_tokens_total += output_tokens
         if not ok:
             stats.failed_total += 1
+        reserved_for, clock = self._reserved_for, self._clock
+        loose = reserved_for is not None and target_tpot_s > reserved_for[0]
+        if loose and clock is not None and started_s > -math.inf:  # how long one holds a replica
+            self._loose_life_s += LIFE_SMOOTHING * (clock() - started_s - self._loose_life_s)
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
         if tpot_s is not None and ok:
@@ -280,12 +290,36 @@ class FleetState:
             stats.reserved_tpot_s = math.inf
             stats.tight_claim = 0.0
         running = [stats.in_flight_by_tpot.get(tight, 0) for stats in usable] if held else []
-        chosen = reserved_replicas(capacities, demand, held, tight_in_flight=running)
+        chosen = self._held_a_while(
+            reserved_replicas(capacities, demand, held, tight_in_flight=running), held, demand
+        )
         for index in chosen:
             usable[index].reserved_tpot_s = tight
         self._reserved = [usable[index] for index in chosen]
         self.reservation = Reservation(tight) if chosen else NO_RESERVATION
         self._claim(tight, demand)
+
+    def _held_a_while(self, chosen: list[int], held: set[int], demand: float) -> list[int]:
+        """`chosen`, plus the held replicas it lets go until it has wanted to for a loose
+        request's life (the mean of those that finished; `DEFAULT_LOOSE_LIFE_S` before any):
+        a replica handed back fills with loose work that holds it that long, so letting it go
+        on a dip in the tight demand, or on a jump in another replica's batch within the tight
+        target as its curve is re-read, costs the tight class the replica for a whole loose
+        life when the demand comes back. Once the tight class is gone, or without the router's
+        clock (the virtual fleet), a replica is let go at once."""
+        clock = self._clock
+        dropped = sorted(held.difference(chosen)) if demand > 0 else []
+        if not dropped or clock is None:
+            self._release_wanted_since = None
+            return chosen
+        now_s = clock()
+        since = self._release_wanted_since
+        if since is None:
+            self._release_wanted_since = now_s
+        elif now_s - since >= self._loose_life_s:
+            self._release_wanted_since = None
+            return chosen
+        return chosen + dropped
 
     def _claim(self, tight: float, demand: float) -> None:
         """Spread the tight class's need over the reserved replicas (`reservation.claims`)."""

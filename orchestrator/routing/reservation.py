@@ -12,9 +12,10 @@ up the rest of the fleet at its own target. The fastest replicas (largest
 batch within the tight target) are reserved first: a slow replica whose weight read eats most
 of a tight target holds almost nothing within it, and is worth more to the loose class.
 
-A held replica is let go only once the others hold the demand with `RELEASE_MARGIN` to spare:
-a replica handed back fills with loose work at once, and taking it again means waiting for that
-work to end.
+A held replica is let go only once the others hold the claim (the demand and its swings) with
+`RELEASE_MARGIN` to spare: a replica handed back fills with loose work at once, and taking it
+again means waiting for that work to end. (The router also waits a loose request's life before
+it lets one go: `FleetState`.)
 
 Pure: the router recomputes the choice when the tight class's demand moves (`FleetState`).
 """
@@ -32,7 +33,7 @@ RESERVE_SLACK: Final = 1.0  # and this many sequences more: the next arrival mus
 # work admitted into a dip in its demand would hold the room for a whole loose request's life
 CLAIM_SPREAD: Final = 2.0
 DEMAND_BAND: Final = 0.1  # recompute once the demand moved this share (or one request) away
-RELEASE_MARGIN: Final = 1.25  # a held replica is let go once the rest hold this × the need
+RELEASE_MARGIN: Final = 1.25  # a held replica is let go once the rest hold this × the claim
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -57,11 +58,13 @@ def reserved_replicas(
     capacity within the tight target, until together they hold `demand × margin + 1` sequences
     (every replica if they never do); none without demand. Keeping the held ones matters: a
     replica newly reserved still runs a large loose batch, which the tight class would join; so
-    a held one is dropped only once those before it hold `RELEASE_MARGIN` × that, and of the
-    held ones, those running the most tight requests (`tight_in_flight`) are kept first."""
+    a held one is dropped only once those before it hold `RELEASE_MARGIN` × the claim (the need
+    and the count's swings, `claim_need`), and of the held ones, those running the most tight
+    requests (`tight_in_flight`) are kept first."""
     if demand <= 0:
         return []
     need = tight_need(demand, margin)
+    release = RELEASE_MARGIN * max(need, claim_need(demand))
     running = tight_in_flight or [0] * len(tight_capacities)
     order = sorted(
         range(len(tight_capacities)),
@@ -70,7 +73,7 @@ def reserved_replicas(
     chosen: list[int] = []
     total = 0.0
     for index in order:
-        if total >= (need * RELEASE_MARGIN if index in held else need):
+        if total >= (release if index in held else need):
             break
         chosen.append(index)
         total += tight_capacities[index]
@@ -82,11 +85,17 @@ def tight_need(demand: float, margin: float = RESERVE_MARGIN) -> float:
     return demand * margin + RESERVE_SLACK if demand > 0 else 0.0
 
 
+def claim_need(demand: float) -> float:
+    """Sequences the tight class claims over the reserved replicas: `tight_need(demand)` plus
+    `CLAIM_SPREAD` × √demand for a Poisson count's swings."""
+    return tight_need(demand) + CLAIM_SPREAD * math.sqrt(demand) if demand > 0 else 0.0
+
+
 def claims(tight_capacities: Sequence[float], demand: float) -> list[float]:
-    """The tight class's claim on each reserved replica: `tight_need(demand)` plus
-    `CLAIM_SPREAD` × √demand, shared in proportion to each one's batch within the tight target
-    (as the capacity scorer spreads the tight work), each at most that batch."""
-    need = tight_need(demand) + CLAIM_SPREAD * math.sqrt(demand) if demand > 0 else 0.0
+    """The tight class's claim on each reserved replica (`claim_need`), shared in proportion
+    to each one's batch within the tight target (as the capacity scorer spreads the tight
+    work), each at most that batch."""
+    need = claim_need(demand)
     total = sum(tight_capacities)
     if total <= 0:
         return [0.0 for _ in tight_capacities]

@@ -4,7 +4,7 @@ the rest of the fleet, and nothing is reserved while only one target is in fligh
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from routing_fleet import replica, request, table, view
@@ -230,13 +230,13 @@ def test_a_reserved_replica_whose_circuit_opens_is_replaced_and_a_draining_one_n
     assert held() == ["fast-0"]
 
 
-def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_need_with_margin() -> None:
+def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_claim_with_margin() -> None:
     """Handing a reserved replica back lets loose work fill it, and taking it again waits for
     that work to end, so a dip in demand just under what the rest hold keeps it."""
     capacities = [100.0, 100.0]
     assert reserved_replicas(capacities, 150, held=[0]) == [0, 1]
-    assert reserved_replicas(capacities, 90, held=[0, 1]) == [0, 1]  # 91 × 1.25 > 100
-    assert reserved_replicas(capacities, 70, held=[0, 1]) == [0]  # 71 × 1.25 ≤ 100
+    assert reserved_replicas(capacities, 70, held=[0, 1]) == [0, 1]  # (71 + 2√70) × 1.25 > 100
+    assert reserved_replicas(capacities, 60, held=[0, 1]) == [0]  # (61 + 2√60) × 1.25 ≤ 100
     assert reserved_replicas(capacities, 90) == [0]  # a new choice takes no more than the need
     assert tight_need(0) == 0 and tight_need(60) == 61
     # 64 tight requests: 65 sequences, and 2 × √64 for the count's swings, shared by tight batch
@@ -245,7 +245,48 @@ def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_need_with_margin()
     assert claims([100.0, 50.0], 0) == [0.0, 0.0]
 
 
-def _two_fast_and_a_slow() -> tuple[FleetState, list[Candidate]]:
+def test_the_router_lets_a_held_replica_go_only_after_a_loose_requests_life() -> None:
+    """A dip in the tight demand shorter than a loose request's life keeps the reservation:
+    loose work let onto the replica in the dip would hold it that long. The wait is the mean
+    life of the loose requests that finished (30 s before any did)."""
+    now = [0.0]
+    fleet, candidates = _two_fast_and_a_slow(clock=lambda: now[0])
+    fast_0, _, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    per_replica = int(_reserved(candidates)[0].stats.concurrency_capacity(TIGHT))
+    fleet.waiting(TIGHT, per_replica)
+    assert len(_reserved(candidates)) == 2
+    fleet.waiting(TIGHT, -per_replica)  # the dip: one replica would do
+    now[0] = 29.0
+    fleet.waiting(TIGHT, 2)  # the choice is redone, the dip has lasted 29 s
+    assert len(_reserved(candidates)) == 2
+    now[0] = 31.0
+    fleet.waiting(TIGHT, -2)
+    assert len(_reserved(candidates)) == 1
+    # loose requests that live 2 s: the next dip lets go after 2 s, not 30
+    for _ in range(200):
+        fleet.started(slow, LOOSE)
+        fleet.finished(
+            slow, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=LOOSE, started_s=now[0] - 2
+        )
+    fleet.waiting(TIGHT, per_replica)
+    assert len(_reserved(candidates)) == 2
+    fleet.waiting(TIGHT, -per_replica)
+    now[0] = 32.5
+    fleet.waiting(TIGHT, 2)
+    assert len(_reserved(candidates)) == 2
+    now[0] = 34.0
+    fleet.waiting(TIGHT, -2)
+    assert len(_reserved(candidates)) == 1
+    # once the tight class is gone, nothing stays held
+    fleet.finished(fast_0, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=TIGHT)
+    assert _reserved(candidates) == []
+
+
+def _two_fast_and_a_slow(
+    clock: Callable[[], float] | None = None,
+) -> tuple[FleetState, list[Candidate]]:
     routing_table = table(
         [
             replica("fast-0", Generation.MI355X),
@@ -253,7 +294,7 @@ def _two_fast_and_a_slow() -> tuple[FleetState, list[Candidate]]:
             replica("slow", Generation.MI300X),
         ]
     )
-    fleet = FleetState()
+    fleet = FleetState(clock=clock)
     fleet.sync(routing_table)
     return fleet, fleet.candidates(routing_table)
 
