@@ -149,6 +149,7 @@ class CapacityEstimator:
         window = fit.window
         if window and (generated < window[-1][1] or now_s <= window[-1][0]):
             window.clear()  # the engine restarted (its counters began again) or time went back
+            fit.step_s = 0.0  # and its step is measured afresh
         window.append((now_s, generated, prompt, load.running))
         self._track_batch_limit(fit, load, now_s)
         if len(window) <= WINDOW_SCRAPES:

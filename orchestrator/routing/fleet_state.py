@@ -57,9 +57,11 @@ class FleetState:
         self._reserved_for: tuple[float, float] | None = None  # (target, demand) last chosen at
         self.reservation: Reservation = NO_RESERVATION  # what `_reserve` chose last
         self._not_ready: set[str] = set()  # replicas the table has draining (never reserved)
-        # since when (router clock) the choice has wanted to let a held replica go; and how long
-        # a request looser than the reserved target lives, the time to wait before it may
-        self._release_wanted_since: float | None = None
+        # since when (router clock) the choice has wanted to let each held replica go, by id;
+        # the first moment one of those waits is over; and how long a request looser than the
+        # reserved target lives (smoothed), the time a held replica waits before it goes
+        self._release_wanted: dict[str, float] = {}
+        self._release_due_s = math.inf
         self._loose_life_s = DEFAULT_LOOSE_LIFE_S
         self.circuit_changes = 0  # circuits opened or closed so far (what is routable moved)
 
@@ -184,7 +186,7 @@ class FleetState:
         if not ok:
             stats.failed_total += 1
         reserved_for, clock = self._reserved_for, self._clock
-        loose = reserved_for is not None and target_tpot_s > reserved_for[0]
+        loose = ok and reserved_for is not None and target_tpot_s > reserved_for[0]
         if loose and clock is not None and started_s > -math.inf:  # how long one holds a replica
             self._loose_life_s += LIFE_SMOOTHING * (clock() - started_s - self._loose_life_s)
         if tpot_s is not None:
@@ -274,16 +276,19 @@ class FleetState:
         demand = float(counts.get(tight, 0) + waiting.get(tight, 0)) if tight < math.inf else 0.0
         last = self._reserved_for
         if last is not None and last[0] == tight and not demand_moved(demand, last[1]):
-            self._claim(tight, demand)
-            return
+            due = self._release_due_s  # a held replica's wait to be let go may be over
+            if due == math.inf or self._clock is None or self._clock() < due:
+                self._claim(tight, demand)
+                return
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
         not_ready = self._not_ready
-        usable = [
-            stats
-            for replica_id, stats in self._stats.items()
-            if not stats.circuit_open and replica_id not in not_ready
-        ]
+        usable: list[ReplicaStats] = []
+        usable_ids: list[str] = []
+        for replica_id, stats in self._stats.items():
+            if not stats.circuit_open and replica_id not in not_ready:
+                usable.append(stats)
+                usable_ids.append(replica_id)
         held = {i for i, stats in enumerate(usable) if stats.reserved_tpot_s == tight}
         capacities = [stats.concurrency_capacity(tight) for stats in usable] if demand else []
         for stats in every:
@@ -291,7 +296,10 @@ class FleetState:
             stats.tight_claim = 0.0
         running = [stats.in_flight_by_tpot.get(tight, 0) for stats in usable] if held else []
         chosen = self._held_a_while(
-            reserved_replicas(capacities, demand, held, tight_in_flight=running), held, demand
+            reserved_replicas(capacities, demand, held, tight_in_flight=running),
+            held,
+            usable_ids,
+            demand,
         )
         for index in chosen:
             usable[index].reserved_tpot_s = tight
@@ -299,27 +307,38 @@ class FleetState:
         self.reservation = Reservation(tight) if chosen else NO_RESERVATION
         self._claim(tight, demand)
 
-    def _held_a_while(self, chosen: list[int], held: set[int], demand: float) -> list[int]:
-        """`chosen`, plus the held replicas it lets go until it has wanted to for a loose
-        request's life (the mean of those that finished; `DEFAULT_LOOSE_LIFE_S` before any):
-        a replica handed back fills with loose work that holds it that long, so letting it go
-        on a dip in the tight demand, or on a jump in another replica's batch within the tight
-        target as its curve is re-read, costs the tight class the replica for a whole loose
-        life when the demand comes back. Once the tight class is gone, or without the router's
-        clock (the virtual fleet), a replica is let go at once."""
+    def _held_a_while(
+        self, chosen: list[int], held: set[int], ids: list[str], demand: float
+    ) -> list[int]:
+        """`chosen`, plus each held replica it lets go (index into `ids`) until the choice has
+        wanted to let that one go for a loose request's life (the smoothed life of the last few
+        dozen that finished well; `DEFAULT_LOOSE_LIFE_S` before any): a replica handed back
+        fills with loose work that holds it that long, so letting it go on a dip in the tight
+        demand, or on a jump in another replica's batch within the tight target as its curve
+        is re-read, costs the tight class the replica for a whole loose life when the demand
+        comes back. A replica the choice keeps again starts its wait afresh next time. Once
+        no tight request is in flight or waiting, or without the router's clock (the virtual
+        fleet), a replica is let go at once: there is no tight work left on it to protect."""
         clock = self._clock
-        dropped = sorted(held.difference(chosen)) if demand > 0 else []
+        dropped = [i for i in sorted(held) if i not in chosen] if demand > 0 else []
+        wanted = self._release_wanted
         if not dropped or clock is None:
-            self._release_wanted_since = None
+            wanted.clear()
+            self._release_due_s = math.inf
             return chosen
         now_s = clock()
-        since = self._release_wanted_since
-        if since is None:
-            self._release_wanted_since = now_s
-        elif now_s - since >= self._loose_life_s:
-            self._release_wanted_since = None
-            return chosen
-        return chosen + dropped
+        life_s = self._loose_life_s
+        kept: list[int] = []
+        still: dict[str, float] = {}
+        for index in dropped:
+            replica_id = ids[index]
+            since = wanted.get(replica_id, now_s)
+            if now_s - since < life_s:
+                kept.append(index)
+                still[replica_id] = since
+        self._release_wanted = still
+        self._release_due_s = min(still.values(), default=math.inf) + life_s
+        return chosen + kept
 
     def _claim(self, tight: float, demand: float) -> None:
         """Spread the tight class's need over the reserved replicas (`reservation.claims`)."""

@@ -247,8 +247,9 @@ def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_claim_with_margin(
 
 def test_the_router_lets_a_held_replica_go_only_after_a_loose_requests_life() -> None:
     """A dip in the tight demand shorter than a loose request's life keeps the reservation:
-    loose work let onto the replica in the dip would hold it that long. The wait is the mean
-    life of the loose requests that finished (30 s before any did)."""
+    loose work let onto the replica in the dip would hold it that long. The wait is the
+    smoothed life of the loose requests that finished (30 s before any did), and it ends on
+    the router's clock, whether or not the demand moves again."""
     now = [0.0]
     fleet, candidates = _two_fast_and_a_slow(clock=lambda: now[0])
     fast_0, _, slow = (c.replica for c in candidates)
@@ -259,10 +260,10 @@ def test_the_router_lets_a_held_replica_go_only_after_a_loose_requests_life() ->
     assert len(_reserved(candidates)) == 2
     fleet.waiting(TIGHT, -per_replica)  # the dip: one replica would do
     now[0] = 29.0
-    fleet.waiting(TIGHT, 2)  # the choice is redone, the dip has lasted 29 s
+    fleet.started(slow, LOOSE)  # any change of the counts: the demand itself stays
     assert len(_reserved(candidates)) == 2
     now[0] = 31.0
-    fleet.waiting(TIGHT, -2)
+    fleet.started(slow, LOOSE)
     assert len(_reserved(candidates)) == 1
     # loose requests that live 2 s: the next dip lets go after 2 s, not 30
     for _ in range(200):
@@ -274,14 +275,37 @@ def test_the_router_lets_a_held_replica_go_only_after_a_loose_requests_life() ->
     assert len(_reserved(candidates)) == 2
     fleet.waiting(TIGHT, -per_replica)
     now[0] = 32.5
-    fleet.waiting(TIGHT, 2)
+    fleet.started(slow, LOOSE)
     assert len(_reserved(candidates)) == 2
-    now[0] = 34.0
-    fleet.waiting(TIGHT, -2)
+    now[0] = 33.5
+    fleet.started(slow, LOOSE)
     assert len(_reserved(candidates)) == 1
     # once the tight class is gone, nothing stays held
     fleet.finished(fast_0, ok=True, output_tokens=1, tpot_s=None, target_tpot_s=TIGHT)
     assert _reserved(candidates) == []
+
+
+def test_a_held_replica_the_choice_keeps_again_starts_its_wait_afresh() -> None:
+    """The wait counts one unbroken stretch of wanting to let the replica go: a demand that
+    comes back in between resets it."""
+    now = [0.0]
+    fleet, candidates = _two_fast_and_a_slow(clock=lambda: now[0])
+    fast_0, _, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    per_replica = int(_reserved(candidates)[0].stats.concurrency_capacity(TIGHT))
+    fleet.waiting(TIGHT, per_replica)
+    fleet.waiting(TIGHT, -per_replica)  # wanted from 0 s
+    now[0] = 20.0
+    fleet.waiting(TIGHT, per_replica)  # the demand is back: both are needed again
+    now[0] = 25.0
+    fleet.waiting(TIGHT, -per_replica)  # wanted again, from 25 s
+    now[0] = 50.0
+    fleet.started(slow, LOOSE)
+    assert len(_reserved(candidates)) == 2  # 25 s of this stretch, not 50 since the first
+    now[0] = 56.0
+    fleet.started(slow, LOOSE)
+    assert len(_reserved(candidates)) == 1
 
 
 def _two_fast_and_a_slow(
