@@ -251,11 +251,8 @@ def test_the_router_lets_a_held_replica_go_only_after_a_loose_requests_life() ->
     smoothed life of the loose requests that finished (30 s before any did), and it ends on
     the router's clock, whether or not the demand moves again."""
     now = [0.0]
-    fleet, candidates = _two_fast_and_a_slow(clock=lambda: now[0])
+    fleet, candidates, per_replica = _one_tight_and_one_loose(clock=lambda: now[0])
     fast_0, _, slow = (c.replica for c in candidates)
-    fleet.started(slow, LOOSE)
-    fleet.started(fast_0, TIGHT)
-    per_replica = int(_reserved(candidates)[0].stats.concurrency_capacity(TIGHT))
     fleet.waiting(TIGHT, per_replica)
     assert len(_reserved(candidates)) == 2
     fleet.waiting(TIGHT, -per_replica)  # the dip: one replica would do
@@ -289,11 +286,8 @@ def test_a_held_replica_the_choice_keeps_again_starts_its_wait_afresh() -> None:
     """The wait counts one unbroken stretch of wanting to let the replica go: a demand that
     comes back in between resets it."""
     now = [0.0]
-    fleet, candidates = _two_fast_and_a_slow(clock=lambda: now[0])
-    fast_0, _, slow = (c.replica for c in candidates)
-    fleet.started(slow, LOOSE)
-    fleet.started(fast_0, TIGHT)
-    per_replica = int(_reserved(candidates)[0].stats.concurrency_capacity(TIGHT))
+    fleet, candidates, per_replica = _one_tight_and_one_loose(clock=lambda: now[0])
+    slow = candidates[2].replica
     fleet.waiting(TIGHT, per_replica)
     fleet.waiting(TIGHT, -per_replica)  # wanted from 0 s
     now[0] = 20.0
@@ -306,6 +300,20 @@ def test_a_held_replica_the_choice_keeps_again_starts_its_wait_afresh() -> None:
     now[0] = 56.0
     fleet.started(slow, LOOSE)
     assert len(_reserved(candidates)) == 1
+
+
+def _one_tight_and_one_loose(
+    clock: Callable[[], float],
+) -> tuple[FleetState, list[Candidate], int]:
+    """Two fast replicas and a slow one, a loose request on the slow one and a tight one on the
+    first fast one (which is reserved), and the sequences one fast replica holds within the
+    tight target."""
+    fleet, candidates = _two_fast_and_a_slow(clock=clock)
+    fast_0, _, slow = (c.replica for c in candidates)
+    fleet.started(slow, LOOSE)
+    fleet.started(fast_0, TIGHT)
+    (held,) = _reserved(candidates)
+    return fleet, candidates, int(held.stats.concurrency_capacity(TIGHT))
 
 
 def _two_fast_and_a_slow(
