@@ -155,6 +155,7 @@ def rate_search(
                 f" {', '.join(f'{p} {v:.1%}' for p, v in found.shares().items())})",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
+            print(f"    by replica: {format_by_replica(found, 'interactive')}", file=sys.stderr)
             if found.meets() and (search.best is None or rate > search.best.rate):
                 search.best = found
             return found.meets()
@@ -319,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--start", type=positive_float, default=0.5, help="first rate, share of the limit"
     )
     parser.add_argument("--step", type=positive_float, default=1.25)
-    parser.add_argument("--bisect", type=non_negative_int, default=1)
+    parser.add_argument("--bisect", type=non_negative_int, default=2)
     parser.add_argument("--max-probes", type=positive_int, default=6)
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument(
