@@ -155,7 +155,8 @@ def rate_search(
                 f" {', '.join(f'{p} {v:.1%}' for p, v in found.shares().items())})",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
-            print(f"    by replica: {format_by_replica(found, 'interactive')}", file=sys.stderr)
+            if any(outcome.replica for outcome in found.of("interactive")):  # ours names it
+                print(f"    by replica: {format_by_replica(found, 'interactive')}", file=sys.stderr)
             if found.meets() and (search.best is None or rate > search.best.rate):
                 search.best = found
             return found.meets()
