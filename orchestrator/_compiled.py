@@ -31,6 +31,7 @@ COMPILED_MODULES = (
     "orchestrator.forwarding.attempts",
     "orchestrator.forwarding.dispatcher",
     "orchestrator.forwarding.event_stream",
+    "orchestrator.forwarding.loop_metrics",
     "orchestrator.forwarding.metrics",
     "orchestrator.forwarding.replica_connection",
     "orchestrator.forwarding.upstream",

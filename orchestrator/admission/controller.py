@@ -42,6 +42,7 @@ from typing import Final
 from orchestrator.admission.errors import Refused
 from orchestrator.admission.metrics import AdmissionMetrics
 from orchestrator.admission.settings import AdmissionSettings
+from orchestrator.forwarding.loop_metrics import CounterCell
 from orchestrator.routing.context import Priority
 
 CAPACITY_TTL_S: Final = 0.05  # capacity is recomputed at most this often per model
@@ -161,10 +162,10 @@ class AdmissionController:
         self._pump_timer: asyncio.TimerHandle | None = None
         # The hot path's metrics: the admitted counters looked up once, the active gauge read
         # from the lanes when scraped rather than moved on every request.
-        self._admitted_counts: dict[Priority, Callable[[], None]] | None = None
+        self._admitted_counts: dict[Priority, CounterCell] | None = None
         if metrics is not None:
             self._admitted_counts = {
-                p: metrics.decisions.labels(p.value, "admitted").inc for p in Priority
+                p: metrics.decisions.labels(p.value, "admitted") for p in Priority
             }
             metrics.active.set_function(self.active)
 
@@ -398,7 +399,7 @@ class AdmissionController:
         lane.active += 1
         lane.active_by[priority] += 1
         if self._admitted_counts is not None:
-            self._admitted_counts[priority]()
+            self._admitted_counts[priority].inc()
         return Ticket(self, lane, now_s, priority)
 
     def _refuse(self, priority: Priority, reason: str, retry_after_s: float) -> Refused:

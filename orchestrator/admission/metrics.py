@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from orchestrator.forwarding.loop_metrics import CounterFamily
+
 WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -12,7 +14,7 @@ class AdmissionMetrics:
     """All admission families on one registry (the router's)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.decisions = Counter(
+        self.decisions = CounterFamily(  # moved once per request: no lock
             "orchestrator_router_admission_total",
             "Admission outcomes by priority: admitted (at once), queued (admitted after waiting),"
             " or refused_* (429) with the reason.",

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
@@ -77,39 +76,65 @@ _PASSED_HEADERS: Final = (
 _UNBOUNDED: Final = contextlib.nullcontext()  # an attempt without a first-byte bound: no timer
 
 
-@dataclass(slots=True)
 class UpstreamReply:
     """The answer to relay: `status` and `headers` as the replica sent them, and either `body`
     (a whole answer) or `chunks` (SSE bytes as they arrive). Whoever gets a reply with chunks
     must `aclose()` it once done, and at once when the client goes away. `output_tokens` is
     the whole answer's count (a stream's is passed to `StreamRelay.on_end` when it ends).
     `settle`, on a whole answer asked for with `settle_later`: close its books, once, in the
-    same event-loop step that got the reply (it returns the output tokens counted)."""
+    same event-loop step that got the reply (it returns the output tokens counted).
 
-    status: int
-    headers: Mapping[str, str]
-    replica: Replica
-    body: bytes | None = None
-    chunks: StreamRelay | None = None
-    retries: int = 0
-    output_tokens: int = 0
-    settle: Callable[[], int] | None = None
+    A plain class, not a dataclass: compiled, a dataclass still runs the interpreted
+    `__init__` the dataclasses module writes, and one of these is made per request."""
+
+    __slots__ = ("body", "chunks", "headers", "output_tokens", "replica", "retries", "settle",
+                 "status")  # fmt: skip
+
+    def __init__(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        replica: Replica,
+        body: bytes | None = None,
+        chunks: StreamRelay | None = None,
+        retries: int = 0,
+        output_tokens: int = 0,
+        settle: Callable[[], int] | None = None,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.replica = replica
+        self.body = body
+        self.chunks = chunks
+        self.retries = retries
+        self.output_tokens = output_tokens
+        self.settle = settle
 
     async def aclose(self) -> None:
         if self.chunks is not None:
             await self.chunks.aclose()
 
 
-@dataclass(slots=True)
 class _Request:
-    """One request as its attempts share it."""
+    """One request as its attempts share it (a plain class: see `UpstreamReply`)."""
 
-    ctx: RequestContext
-    path: str
-    body: bytes
-    deadline_s: float
-    target: SloTarget
-    slo_class: str
+    __slots__ = ("body", "ctx", "deadline_s", "path", "slo_class", "target")
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        path: str,
+        body: bytes,
+        deadline_s: float,
+        target: SloTarget,
+        slo_class: str,
+    ) -> None:
+        self.ctx = ctx
+        self.path = path
+        self.body = body
+        self.deadline_s = deadline_s
+        self.target = target
+        self.slo_class = slo_class
 
 
 class Dispatcher:

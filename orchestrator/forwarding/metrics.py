@@ -5,7 +5,8 @@ Every family is registered on the `CollectorRegistry` passed in (nothing global)
 `orchestrator_router_*`, and labelled only from: site, pool, generation, replica, code, frontend,
 profile, kind, model, priority (the request's class), outcome, and engine_version on the one info
 family that joins capacity to the software a replica runs. Per-replica children are cached
-so the hot path does one dict lookup per metric.
+so the hot path does one dict lookup per metric, and the families moved on every request are
+`loop_metrics`' (plain numbers, read at a scrape) rather than prometheus_client's locked ones.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from orchestrator.core.records import Replica
 from orchestrator.core.slo import SloOutcome, SloTargets
+from orchestrator.forwarding.loop_metrics import (
+    CounterCell,
+    CounterFamily,
+    HistogramCell,
+    HistogramFamily,
+)
 
 LATENCY_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
@@ -52,9 +59,9 @@ class ReplicaSeries:
     """The children of the per-replica families for one replica (looked up once, then reused)."""
 
     in_flight: InFlight
-    ttft: Histogram
-    tpot: Histogram
-    e2e: Histogram
+    ttft: HistogramCell
+    tpot: HistogramCell
+    e2e: HistogramCell
 
 
 # Load reports arrive about once a second; older than a few seconds they count as stale.
@@ -65,40 +72,40 @@ class RouterMetrics:
     """All router metrics on one registry; one instance per router process."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "orchestrator_router_requests_total",
             "Client requests answered, by frontend and response code (HTTP status or gRPC code).",
             ["frontend", "code"],
             registry=registry,
         )
-        self.decisions = Counter(
+        self.decisions = CounterFamily(
             "orchestrator_router_decisions_total",
             "Routing decisions, by the primary replica's site, pool, generation and the profile.",
             ["profile", "site", "pool", "generation"],
             registry=registry,
         )
-        self.ttft = Histogram(
+        self.ttft = HistogramFamily(
             "orchestrator_router_time_to_first_token_seconds",
             "Seconds from sending a streamed request upstream to its first bytes of output.",
             ["pool", "generation"],
             buckets=LATENCY_BUCKETS_S,
             registry=registry,
         )
-        self.tpot = Histogram(
+        self.tpot = HistogramFamily(
             "orchestrator_router_time_per_output_token_seconds",
             "Mean seconds between output tokens of a streamed request after its first.",
             ["pool", "generation"],
             buckets=TOKEN_BUCKETS_S,
             registry=registry,
         )
-        self.e2e = Histogram(
+        self.e2e = HistogramFamily(
             "orchestrator_router_request_duration_seconds",
             "Seconds from sending a request upstream to its last byte, for successful requests.",
             ["pool", "generation"],
             buckets=LATENCY_BUCKETS_S,
             registry=registry,
         )
-        self.decision_load_age = Histogram(
+        self.decision_load_age = HistogramFamily(
             "orchestrator_router_decision_load_age_seconds",
             "Age of the primary replica's load report when a routing decision used it.",
             buckets=LOAD_AGE_BUCKETS_S,
@@ -110,7 +117,7 @@ class RouterMetrics:
             ["replica"],
             registry=registry,
         )
-        self.retries = Counter(
+        self.retries = CounterFamily(
             "orchestrator_router_retries_total",
             "Times a request moved on to a fallback replica before its first token.",
             registry=registry,
@@ -170,7 +177,7 @@ class RouterMetrics:
             ["model", "priority", "kind"],
             registry=registry,
         )
-        self.slo_requests = Counter(
+        self.slo_requests = CounterFamily(
             "orchestrator_router_slo_requests_total",
             "Requests answered, by class (priority), site, pool, generation and SLO outcome: met,"
             " missed_ttft, missed_tpot, missed_e2e, failed (counted once, on the replica that"
@@ -179,10 +186,10 @@ class RouterMetrics:
             registry=registry,
         )
         self._series: dict[str, ReplicaSeries] = {}
-        self._outcomes: dict[tuple[str, str, str, str, SloOutcome], Counter] = {}
+        self._outcomes: dict[tuple[str, str, str, str, SloOutcome], CounterCell] = {}
         self._replicas: dict[str, Replica] = {}  # every replica with series here, by id
         self._routable_models: set[str] = set()
-        self._decisions: dict[tuple[str, str], Counter] = {}
+        self._decisions: dict[tuple[str, str], CounterCell] = {}
 
     def series(self, replica: Replica) -> ReplicaSeries:
         """The per-replica children for `replica`, created on first use."""

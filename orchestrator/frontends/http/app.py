@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -35,6 +35,7 @@ from orchestrator.admission.keys import ApiKey
 from orchestrator.core.errors import ErrorCode, OrchestratorError
 from orchestrator.forwarding.dispatcher import UpstreamReply
 from orchestrator.forwarding.event_stream import COMPLETIONS_FRAMING, RESPONSES_PATH
+from orchestrator.forwarding.loop_metrics import CounterCell
 from orchestrator.forwarding.passthrough import WholeReply
 from orchestrator.forwarding.stored_responses import check_response_id
 from orchestrator.forwarding.stream_relay import StreamRelay
@@ -66,7 +67,7 @@ class OpenAiFrontend:
     def __init__(self, service: RouterService, settings: HttpSettings) -> None:
         self._service = service
         self.settings = settings
-        self._counted: dict[str, Callable[[], None]] = {}
+        self._counted: dict[str, CounterCell] = {}
         self._models_version = -1
         self._models_body = b""
         self._default_model: str | None = None
@@ -204,11 +205,10 @@ class OpenAiFrontend:
 
     def count(self, code: str) -> None:
         """Count one answered request by its response code (`CLIENT_CLOSED` if the client left)."""
-        increment = self._counted.get(code)
-        if increment is None:
-            counter = self._service.metrics.requests.labels(FRONTEND, code)
-            increment = self._counted[code] = counter.inc
-        increment()
+        counter = self._counted.get(code)
+        if counter is None:
+            counter = self._counted[code] = self._service.metrics.requests.labels(FRONTEND, code)
+        counter.inc()
 
     # -- completions ---------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ request is answered at once, before any byte of its body is read, and the connec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 import httptools
@@ -36,15 +35,25 @@ def _refuse(status: int, code: ErrorCode, message: str) -> Refuse:
     return Refuse(refused(status, code, message))
 
 
-@dataclass(slots=True)
 class Pending:
-    """A whole request waiting for its turn, or an answer decided from its head alone."""
+    """A whole request waiting for its turn, or an answer decided from its head alone (a plain
+    class: compiled, a dataclass runs the interpreted `__init__` dataclasses writes)."""
 
-    match: Match | None
-    request: Request | None
-    answer: Answer | None
-    keep_alive: bool
-    http10: bool
+    __slots__ = ("answer", "http10", "keep_alive", "match", "request")
+
+    def __init__(
+        self,
+        match: Match | None,
+        request: Request | None,
+        answer: Answer | None,
+        keep_alive: bool,
+        http10: bool,
+    ) -> None:
+        self.match = match
+        self.request = request
+        self.answer = answer
+        self.keep_alive = keep_alive
+        self.http10 = http10
 
 
 class RequestSink(Protocol):
