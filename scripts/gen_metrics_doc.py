@@ -20,6 +20,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from orchestrator.exporters.drivers import DRIVERS, PORT_COUNTERS, CounterSource
 from orchestrator.exporters.names import COMMON_LABELS, METRICS
+from orchestrator.forwarding.loop_metrics import CounterFamily, HistogramFamily
 from orchestrator.forwarding.metrics import RouterMetrics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +135,8 @@ def router_section() -> list[str]:
     # In the order `RouterMetrics` registers them (its instances have no `__dict__` when
     # compiled, docs/compiled.md), which is the order its `__init__` declares them.
     collectors = list(registry._collector_to_names)  # no public listing in that order
-    families = [value for value in collectors if isinstance(value, MetricWrapperBase)]
+    kinds = (MetricWrapperBase, CounterFamily, HistogramFamily)
+    families = [value for value in collectors if isinstance(value, kinds)]
     lines = [
         "",
         "## Router (`orchestrator router`)",
@@ -147,7 +149,8 @@ def router_section() -> list[str]:
     for family in families:
         (described,) = family.describe()
         exposed = described.name + ("_total" if described.type == "counter" else "")
-        labels = family._labelnames  # the label names a family was declared with
+        # the label names a family was declared with
+        labels = family._labelnames if isinstance(family, MetricWrapperBase) else family.labelnames
         lines.append(_row(f"`{exposed}`", described.type, _code(labels), described.documentation))
     return lines
 
