@@ -33,7 +33,7 @@ def class_lanes(targets: SloTargets) -> dict[str, Priority]:
     return lanes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RequestContext:
     """One request as routing sees it.
 
@@ -58,6 +58,36 @@ class RequestContext:
     replica_id: str | None = None
     background: bool = False
     slo_class: str | None = None
+
+    def __init__(
+        self,
+        model: str,
+        prompt_tokens: int,
+        max_tokens: int | None = None,
+        stream: bool = False,
+        prefix_hash: int | None = None,
+        priority: Priority = Priority.INTERACTIVE,
+        client_site: str | None = None,
+        stored_response_id: str | None = None,
+        replica_id: str | None = None,
+        background: bool = False,
+        slo_class: str | None = None,
+    ) -> None:
+        # Written out, the fields above in their order: compiled, this runs as C, where the
+        # `__init__` dataclasses writes stays interpreted (one of these is made per request).
+        # `object.__setattr__`, as a frozen dataclass's own `__init__` does.
+        setter = object.__setattr__
+        setter(self, "model", model)
+        setter(self, "prompt_tokens", prompt_tokens)
+        setter(self, "max_tokens", max_tokens)
+        setter(self, "stream", stream)
+        setter(self, "prefix_hash", prefix_hash)
+        setter(self, "priority", priority)
+        setter(self, "client_site", client_site)
+        setter(self, "stored_response_id", stored_response_id)
+        setter(self, "replica_id", replica_id)
+        setter(self, "background", background)
+        setter(self, "slo_class", slo_class)
 
     @property
     def target_class(self) -> str:
