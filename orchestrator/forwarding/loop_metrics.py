@@ -51,8 +51,10 @@ class HistogramCell:
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
+        if value != value:  # NaN: in no bucket, as prometheus_client counts it
+            return
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
 
 
 def _label_values(names: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:

@@ -73,9 +73,9 @@ class RequestContext:
         background: bool = False,
         slo_class: str | None = None,
     ) -> None:
-        # Written out, the fields above in their order: compiled, this runs as C, where the
-        # `__init__` dataclasses writes stays interpreted (one of these is made per request).
-        # `object.__setattr__`, as a frozen dataclass's own `__init__` does.
+        # Written out, the fields above in their order: compiled, this is C calling
+        # `object.__setattr__` (as a frozen dataclass's own `__init__` does), where the
+        # `__init__` dataclasses writes stays interpreted; one of these is made per request.
         setter = object.__setattr__
         setter(self, "model", model)
         setter(self, "prompt_tokens", prompt_tokens)

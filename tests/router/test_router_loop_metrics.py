@@ -59,3 +59,15 @@ def test_wrong_label_counts_negative_increments_and_bad_buckets_are_refused() ->
         HistogramFamily("h", "Doc.", buckets=(1.0, 0.5), registry=registry)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         CounterFamily("c_total", "Doc.", ["a", "b"], registry=registry)
+
+
+def test_a_nan_observation_lands_in_no_bucket_as_prometheus_client_s_does() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = HistogramFamily("n_seconds", "Doc.", buckets=BUCKETS, registry=ours)
+    reference = Histogram("n_seconds", "Doc.", buckets=BUCKETS, registry=theirs)
+    for value in (0.5, float("nan")):
+        mine.observe(value)
+        reference.observe(value)
+
+    assert exposition(ours) == exposition(theirs)
+    assert ours.get_sample_value("n_seconds_count") == 1.0
