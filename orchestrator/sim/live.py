@@ -3,6 +3,8 @@
 Each step sleeps its simulated duration times `time_scale` (0 runs steps back to back, the
 zero-latency mode benchmarks use). Sleeps aim at a running deadline, so the small overshoot of
 every `asyncio.sleep` does not add up and a saturated replica keeps its calibrated throughput.
+A host too busy to keep up (a stall longer than `MAX_CATCH_UP_S`) loses the excess rather than
+bursting it back; the lost time is counted, so a slow figure can be told from a starved host.
 Waiters learn of progress through one event per step instead of one wake-up per token.
 """
 
@@ -117,9 +119,11 @@ class LiveEngine:
                 last_step_end = self.clock.now()
                 continue
             plan = self.batcher.plan_step()
-            deadline = (
-                max(deadline, loop.time() - MAX_CATCH_UP_S) + plan.duration_s * self.time_scale
-            )
+            earliest = loop.time() - MAX_CATCH_UP_S
+            if earliest > deadline:
+                self.metrics.behind_seconds += earliest - deadline
+                deadline = earliest
+            deadline += plan.duration_s * self.time_scale
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             now = self.clock.now()
             outcome = self.batcher.finish_step(now)

@@ -73,6 +73,7 @@ class SimEngineMetrics(Collector):
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.preemptions = 0
+        self.behind_seconds = 0.0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.ttft = WeightedHistogram(TTFT_BUCKETS_S)
         self.inter_token = WeightedHistogram(ITL_BUCKETS_S)
@@ -106,6 +107,13 @@ class SimEngineMetrics(Collector):
             counter = CounterMetricFamily(name, doc, labels=names)
             counter.add_metric(values, value)
             yield counter
+        behind = CounterMetricFamily(
+            "orchestrator_sim_behind_seconds",
+            "Wall time the simulated engine lost because its host could not keep up.",
+            labels=names,
+        )
+        behind.add_metric(values, self.behind_seconds)
+        yield behind
         success = CounterMetricFamily(
             "vllm:request_success",
             "Finished requests by reason.",

@@ -25,6 +25,7 @@ OUTPUT_TOKENS = 32
 TIME_SCALE = 1.0
 OFFERED_FOR_S = 20.0
 WINDOW_S = (8.0, 20.0)
+BEHIND = "orchestrator_sim_behind_seconds_total"
 
 
 def saturated_capacity_tokens_per_s(generation: Generation) -> float:
@@ -92,12 +93,21 @@ def test_mi300x_at_twice_its_capacity_saturates_queues_and_drops_nothing() -> No
 
     scrapes = result["scrapes"]
     early, late = scrapes[WINDOW_S[0]], scrapes[WINDOW_S[1]]
+    window_s = WINDOW_S[1] - WINDOW_S[0]
+    # Wall time the engine lost to a host too busy to run it (CI shares two cores with the
+    # client driving it) is not time the modelled GPU had; it is counted, and a starved host
+    # must stay the exception for the figure to mean anything.
+    behind_s = late[BEHIND] - early[BEHIND]
+    assert behind_s < 0.25 * window_s, f"the host starved the engine for {behind_s:.2f} s"
     measured = (
         (late["vllm:generation_tokens_total"] - early["vllm:generation_tokens_total"])
-        / (WINDOW_S[1] - WINDOW_S[0])
+        / (window_s - behind_s)
         * TIME_SCALE
     )
-    print(f"\ncapacity {capacity:,.0f} tok/s (model), measured {measured:,.0f} tok/s at 2x load")
+    print(
+        f"\ncapacity {capacity:,.0f} tok/s (model), measured {measured:,.0f} tok/s at 2x load"
+        f" ({behind_s:.2f} s of {window_s:.0f} s lost to the host)"
+    )
     assert measured == pytest.approx(capacity, rel=0.05)
 
     assert late["vllm:num_requests_waiting"] > early["vllm:num_requests_waiting"] > 0
