@@ -25,8 +25,7 @@ from orchestrator.table.snapshot import RoutingTable
 
 LATENCY_SMOOTHING = 0.2  # weight of the newest observation in the latency averages
 DEFAULT_LOOSE_LIFE_S = 30.0  # a loose request's life before one was measured (1,300 tokens)
-DEFAULT_TIGHT_LIFE_S = 5.0  # a tight request's life before one was measured
-LIFE_SMOOTHING = 0.05  # weight of one finished request in its class's mean life
+LIFE_SMOOTHING = 0.05  # weight of one finished loose request in their mean life
 
 
 class FleetState:
@@ -64,13 +63,6 @@ class FleetState:
         self._release_wanted: dict[str, float] = {}
         self._release_due_s = math.inf
         self._loose_life_s = DEFAULT_LOOSE_LIFE_S
-        # the tight class's demand (in flight and waiting) averaged over one of its requests'
-        # life (router clock): what the reservation is sized for (`_averaged_demand`)
-        self._tight_life_s = DEFAULT_TIGHT_LIFE_S
-        self._demand_mean = 0.0
-        self._demand_last = 0.0  # the count since the last update, and when that was
-        self._demand_at_s = -math.inf
-        self._demand_for = math.inf  # the tight target the average is of
         self.circuit_changes = 0  # circuits opened or closed so far (what is routable moved)
 
     def sync(self, table: RoutingTable) -> None:
@@ -194,12 +186,9 @@ class FleetState:
         if not ok:
             stats.failed_total += 1
         reserved_for, clock = self._reserved_for, self._clock
-        if ok and reserved_for is not None and clock is not None and started_s > -math.inf:
-            life_s = clock() - started_s
-            if target_tpot_s > reserved_for[0]:  # how long a loose one holds a replica
-                self._loose_life_s += LIFE_SMOOTHING * (life_s - self._loose_life_s)
-            elif target_tpot_s == reserved_for[0]:  # the span the tight demand is averaged over
-                self._tight_life_s += LIFE_SMOOTHING * (life_s - self._tight_life_s)
+        loose = ok and reserved_for is not None and target_tpot_s > reserved_for[0]
+        if loose and clock is not None and started_s > -math.inf:  # how long one holds a replica
+            self._loose_life_s += LIFE_SMOOTHING * (clock() - started_s - self._loose_life_s)
         if tpot_s is not None:
             stats.tpot_s = _smooth(stats.tpot_s, tpot_s)
         if tpot_s is not None and ok:
@@ -280,20 +269,16 @@ class FleetState:
     def _reserve(self) -> None:
         """Hold the fastest replicas to the tightest TPOT target in flight or waiting while
         looser work is too; redone when that target changes or its demand (in flight and
-        waiting, averaged: `_averaged_demand`) moves out of its band. The tight class's claim on
-        each is kept current, for the larger of the average and the count now."""
+        waiting) moves out of its band. The tight class's claim on each is kept current."""
         counts, waiting = self._in_flight_by_tpot, self._waiting_by_tpot
         targets = counts.keys() | waiting.keys() if waiting else counts.keys()
         tight = min(targets) if len(targets) > 1 else math.inf
-        count = float(counts.get(tight, 0) + waiting.get(tight, 0)) if tight < math.inf else 0.0
-        demand = self._averaged_demand(tight, count)
-        # the claim keeps loose work off the room the tight requests there now will take
-        claimed = max(demand, count)
+        demand = float(counts.get(tight, 0) + waiting.get(tight, 0)) if tight < math.inf else 0.0
         last = self._reserved_for
         if last is not None and last[0] == tight and not demand_moved(demand, last[1]):
             due = self._release_due_s  # a held replica's wait to be let go may be over
             if due == math.inf or self._clock is None or self._clock() < due:
-                self._claim(tight, claimed)
+                self._claim(tight, demand)
                 return
         self._reserved_for = (tight, demand)
         every = list(self._stats.values())
@@ -320,32 +305,7 @@ class FleetState:
             usable[index].reserved_tpot_s = tight
         self._reserved = [usable[index] for index in chosen]
         self.reservation = Reservation(tight) if chosen else NO_RESERVATION
-        self._claim(tight, claimed)
-
-    def _averaged_demand(self, tight: float, count: float) -> float:
-        """The tight class's `count` (in flight and waiting) averaged over one of its requests'
-        life (the smoothed life of those that ended well; `DEFAULT_TIGHT_LIFE_S` before any), at
-        least one request while any is there, 0 once none is. The count swings by its square
-        root from moment to moment, and a reservation sized for each peak takes a second fast
-        replica whenever a few tight requests wait a moment for the first (their TTFT target
-        has room for that wait), which then runs a small batch for good; the average grows
-        within a life when the rate does outgrow the reserved replicas. Without the router's
-        clock (the virtual fleet) the count itself."""
-        clock = self._clock
-        if clock is None:
-            return count
-        now_s = clock()
-        if tight != self._demand_for:  # another target is the tight one: start afresh
-            self._demand_for = tight
-            self._demand_mean = self._demand_last = 0.0
-            self._demand_at_s = now_s
-        elapsed_s = max(0.0, now_s - self._demand_at_s)
-        kept = math.exp(-elapsed_s / max(self._tight_life_s, 1e-3))
-        last = self._demand_last  # the count held since the last update
-        self._demand_mean = last + (self._demand_mean - last) * kept
-        self._demand_last = count
-        self._demand_at_s = now_s
-        return max(self._demand_mean, 1.0) if count > 0 else 0.0
+        self._claim(tight, demand)
 
     def _held_a_while(
         self, chosen: list[int], held: set[int], ids: list[str], demand: float
