@@ -28,7 +28,9 @@ credit the batch requests a loose TTFT target lets wait and finish during the dr
 requests are also shown by the replica they went to (met share, p99 TTFT and TPOT, wall).
 Their goodput together is set against the fleet model's limit for that mix
 (`slo_limits.two_class_limit`): the fastest replicas that hold the interactive rate within its
-target serve it (and batch up to that batch), the others batch at the batch target.
+target serve it (and batch up to that batch), the others batch at the batch target. With
+`--repeat N` each router runs N rounds (seeds `--seed` on), each with a fresh router, and the
+medians and spreads of the goodput together, interactive attainment and refusals follow.
 """
 
 from __future__ import annotations
@@ -240,28 +242,27 @@ def format_searches(searches: Sequence[Search], limit: float, generations: Seque
 
 def two_class(
     name: str, fleet: Fleet, args: argparse.Namespace, targets: dict[str, Targets], limit: float,
-    workdir: Path,
+    workdir: Path, seed: int,
 ) -> Probe:  # fmt: skip
-    """Interactive and batch offered together above the limit."""
+    """Interactive and batch offered together above the limit (a fresh router each time)."""
     total = args.two_class_load * limit
     rates = {
         "interactive": total * args.interactive_share,
         "batch": total * (1 - args.interactive_share),
     }
     with running_router(name, fleet, args, workdir) as url:
-        return probe(fleet, url, rates, targets, args, args.seed)
+        return probe(fleet, url, rates, targets, args, seed)
 
 
 def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
     lines = [f"two classes through {name}, offered {found.rate:.2f} req/s in all:"]
-    goodput = 0.0
+    goodput = together(found)
     for slo_class in ("interactive", "batch"):
         outcomes = found.of(slo_class)
         rate = found.rate * len(outcomes) / max(1, len(found.outcomes))
         ttft, tpot = found.p99(slo_class)
         attained = found.attainment(slo_class)
         sustained = found.goodputs.get(slo_class, 0.0)
-        goodput += sustained
         lines.append(
             f"  {slo_class:<12} offered {rate:6.2f} req/s  attainment {attained:6.1%}"
             f"  goodput {sustained:6.2f} req/s  refused {found.refused(slo_class):6.1%}"
@@ -275,6 +276,37 @@ def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
         f" for this mix ({mix_limit:.2f} req/s); token shares: {shares}"
     )
     return "\n".join(lines)
+
+
+def together(found: Probe) -> float:
+    """Both classes' goodput (met and finished in the window), req/s."""
+    return sum(found.goodputs.get(slo_class, 0.0) for slo_class in ("interactive", "batch"))
+
+
+def format_two_class_rounds(name: str, rounds: Sequence[Probe], mix_limit: float) -> str:
+    """One router's rounds at one mix: the medians and spreads a single round's noise (a batch
+    request lives about as long as the measured window) makes the figures to judge by."""
+
+    def spread(values: Sequence[float], fmt: str) -> str:
+        listed = ", ".join(format(v, fmt) for v in values)
+        return (
+            f"{format(statistics.median(values), fmt)}"
+            f" ({format(min(values), fmt)}-{format(max(values), fmt)}; {listed})"
+        )
+
+    of_limit = [together(found) / mix_limit for found in rounds]
+    attained = [found.attainment("interactive") for found in rounds]
+    refused = [found.refused("interactive") for found in rounds]
+    met = sum(found.meets("interactive") for found in rounds)
+    return "\n".join(
+        [
+            f"{name}, {len(rounds)} rounds: median (min-max; each)",
+            f"  goodput together, of the mix's limit  {spread(of_limit, '.0%')}",
+            f"  interactive attainment                {spread(attained, '.1%')}",
+            f"  interactive refused                   {spread(refused, '.1%')}",
+            f"  interactive met its p99 targets in {met} of {len(rounds)} rounds",
+        ]
+    )
 
 
 def format_by_replica(found: Probe, slo_class: str) -> str:
@@ -325,7 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-probes", type=positive_int, default=6)
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument(
-        "--repeat", type=positive_int, default=1, help="searches per router (seeds)"
+        "--repeat",
+        type=positive_int,
+        default=1,
+        help="searches (or two-class rounds) per router, each with the next seed; medians after",
     )
     parser.add_argument("--two-class", action="store_true")
     parser.add_argument("--batch-ttft", type=positive_float, default=30.0)
@@ -380,9 +415,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f" batch on the rest): {mix_limit:.2f} req/s",
                     flush=True,
                 )
-                for name in names:
-                    found = two_class(name, fleet, args, targets, batch_limit, workdir)
-                    print(format_two_class(name, found, mix_limit), flush=True)
+                by_router: dict[str, list[Probe]] = {name: [] for name in names}
+                for repeat in range(args.repeat):
+                    if args.repeat > 1:
+                        print(f"round {repeat + 1}/{args.repeat}", file=sys.stderr, flush=True)
+                    for name in names:
+                        found = two_class(
+                            name, fleet, args, targets, batch_limit, workdir, args.seed + repeat
+                        )
+                        by_router[name].append(found)
+                        print(format_two_class(name, found, mix_limit), flush=True)
+                if args.repeat > 1:
+                    for name, probes in by_router.items():
+                        print(format_two_class_rounds(name, probes, mix_limit), flush=True)
                 return 0
             rounds: list[list[Search]] = []
             for repeat in range(args.repeat):

@@ -133,3 +133,23 @@ def test_the_spread_floor_is_exact_for_one_router_and_far_below_random_for_four(
     floor, uniform = fleet_scale.independent_floor_cv([34, 17, 9, 4], 8)
     assert 0.05 < floor < 0.15  # their remainders (2, 1, 1, 4) collide at random
     assert uniform == pytest.approx(0.32, abs=0.03)
+
+
+def test_two_class_rounds_are_summed_up_by_their_medians_and_spreads() -> None:
+    """Three rounds at one mix: the summary gives each figure's median, range and every value,
+    and counts the rounds whose interactive requests met their p99 targets."""
+    targets = {"interactive": slo_load.Targets(1.0, 0.1), "batch": slo_load.Targets(30.0, 1.0)}
+    good = slo_load.Outcome("interactive", 0.0, 200, 0.5, 1.4, 10, 10)
+    refused = slo_load.Outcome("interactive", 0.0, 429, wanted=10)
+    rounds = [
+        slo_load.Probe(1.0, [good], {}, targets, {"interactive": 4.0, "batch": 14.0}),
+        slo_load.Probe(1.0, [good, refused], {}, targets, {"interactive": 4.0, "batch": 16.0}),
+        slo_load.Probe(1.0, [good], {}, targets, {"interactive": 5.0, "batch": 15.0}),
+    ]
+    assert [slo_goodput.together(r) for r in rounds] == [18.0, 20.0, 20.0]
+    text = slo_goodput.format_two_class_rounds("ours", rounds, 20.0)
+    assert "ours, 3 rounds" in text
+    assert "of the mix's limit  100% (90%-100%; 90%, 100%, 100%)" in text
+    assert "attainment                100.0% (50.0%-100.0%; 100.0%, 50.0%, 100.0%)" in text
+    assert "refused                   0.0% (0.0%-50.0%; 0.0%, 50.0%, 0.0%)" in text
+    assert "met its p99 targets in 2 of 3 rounds" in text
