@@ -25,7 +25,10 @@ attainment, goodput and refusals: interactive should meet its targets and batch 
 A class's goodput is the rate of its requests that met its targets and *finished* within the
 measured window (`slo_load.completed_goodput`): above capacity, counting those *sent* in it would
 credit the batch requests a loose TTFT target lets wait and finish during the drain. Each class's
-requests are also shown by the replica they went to (met share, p99 TTFT and TPOT, wall).
+requests are also shown by the replica they went to (met share, p99 TTFT and TPOT, wall), and
+how many were in flight as the window opened and as it closed: more at its close means the
+fleet was still taking on work (a batch grows only as fast as requests finish at each size), so
+the goodput finished in the window is below what the fleet sustains, and `--warmup` is short.
 Their goodput together is set against the fleet model's limit for that mix
 (`slo_limits.two_class_limit`): the fastest replicas that hold the interactive rate within its
 target serve it (and batch up to that batch), the others batch at the batch target. With
@@ -263,10 +266,12 @@ def format_two_class(name: str, found: Probe, mix_limit: float) -> str:
         ttft, tpot = found.p99(slo_class)
         attained = found.attainment(slo_class)
         sustained = found.goodputs.get(slo_class, 0.0)
+        opened, closed = found.in_flight.get(slo_class, (0, 0))
         lines.append(
             f"  {slo_class:<12} offered {rate:6.2f} req/s  attainment {attained:6.1%}"
             f"  goodput {sustained:6.2f} req/s  refused {found.refused(slo_class):6.1%}"
             f"  p99 TTFT {ttft:.2f} s  p99 TPOT {tpot * 1e3:.0f} ms"
+            f"  in flight {opened} -> {closed}"
         )
     for slo_class in ("interactive", "batch"):
         lines.append(f"  {slo_class} by replica: " + format_by_replica(found, slo_class))

@@ -181,6 +181,9 @@ class Probe:
     # requests of each class that met its targets and finished within the measured window, per
     # second of it: what the fleet sustains, whenever they were sent (`completed_goodput`)
     goodputs: dict[str, float] = field(default_factory=dict)
+    # each class's requests in flight (sent, not yet ended) as the window opened and as it
+    # closed: a count that grows across it says the fleet was still filling (`in_flight_at`)
+    in_flight: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def of(self, slo_class: str | None = None) -> list[Outcome]:
         return [o for o in self.outcomes if slo_class is None or o.slo_class == slo_class]
@@ -246,7 +249,29 @@ def probe(
         slo_class: completed_goodput(sent, slo_class, targets[slo_class], args.warmup, args.measure)
         for slo_class in rates
     }
-    return Probe(sum(rates.values()), outcomes, pools, targets, goodputs)
+    window_end_s = args.warmup + args.measure
+    in_flight = {
+        slo_class: (
+            in_flight_at(sent, slo_class, args.warmup),
+            in_flight_at(sent, slo_class, window_end_s),
+        )
+        for slo_class in rates
+    }
+    return Probe(sum(rates.values()), outcomes, pools, targets, goodputs, in_flight)
+
+
+def in_flight_at(sent: Sequence[Outcome], slo_class: str, at_s: float) -> int:
+    """Requests of `slo_class` sent by `at_s` whose last token came after it: in flight then
+    (refused and unanswered ones ended at once). More at the window's end than at its start
+    means the fleet was still taking on work, and the goodput finished in the window is below
+    what it would sustain: a longer `--warmup` measures that."""
+    return sum(
+        1
+        for o in sent
+        if o.slo_class == slo_class
+        and o.last_s is not None
+        and o.sent_s <= at_s < o.sent_s + o.last_s
+    )
 
 
 def completed_goodput(

@@ -153,3 +153,19 @@ def test_two_class_rounds_are_summed_up_by_their_medians_and_spreads() -> None:
     assert "attainment                100.0% (50.0%-100.0%; 100.0%, 50.0%, 100.0%)" in text
     assert "refused                   0.0% (0.0%-50.0%; 0.0%, 50.0%, 0.0%)" in text
     assert "met its p99 targets in 2 of 3 rounds" in text
+
+
+def test_in_flight_at_counts_the_requests_sent_and_not_yet_ended() -> None:
+    """At 10 s: one sent at 5 that ends at 13 and one sent at 10 that ends at 12 are in flight;
+    one that ended at 9, one sent after, another class's and a refused one are not."""
+    sent = [
+        slo_load.Outcome("batch", 5.0, 200, 2.0, 8.0, 10, 10),  # 5 to 13
+        slo_load.Outcome("batch", 10.0, 200, 1.0, 2.0, 10, 10),  # 10 to 12
+        slo_load.Outcome("batch", 4.0, 200, 1.0, 5.0, 10, 10),  # 4 to 9
+        slo_load.Outcome("batch", 11.0, 200, 1.0, 5.0, 10, 10),
+        slo_load.Outcome("interactive", 9.0, 200, 0.1, 3.0, 10, 10),
+        slo_load.Outcome("batch", 9.5, 429, wanted=10),
+    ]
+    assert slo_load.in_flight_at(sent, "batch", 10.0) == 2
+    assert slo_load.in_flight_at(sent, "interactive", 10.0) == 1
+    assert slo_load.in_flight_at(sent, "batch", 20.0) == 0
