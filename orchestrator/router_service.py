@@ -345,8 +345,7 @@ class RouterService:
         only what that class leaves: `ReplicaStats.room_for_looser`)."""
         tpot_s = self.slo.target(model, slo_class).tpot_s
         factor = self.settings.admission.capacity_factor
-        capacity = reserved = free = free_reserved = 0.0
-        others = 0
+        capacity = reserved = free = free_reserved = others = 0.0
         for stats in self._ready_stats(model):
             if stats.circuit_open:
                 continue

@@ -60,7 +60,7 @@ class FleetRoom:
     tightest class in flight, `routing/reservation.py`): looser classes do not count there."""
 
     capacity: float
-    others: int = 0
+    others: float = 0.0
     reserved: float = 0.0
     # requests that fit now one by one on the replica they would go to: Σ over replicas of
     # ⌊room there × capacity factor − what runs there⌋ (at least 0), each at the target that

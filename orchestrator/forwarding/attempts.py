@@ -50,7 +50,7 @@ class Attempt:
         self.target = target
         self.slo_class = slo_class
         self.first_token_s: float | None = None
-        self.running_at_first_token: int | None = None  # requests on its replica then
+        self.running_at_first_token: float | None = None  # requests on its replica then
         self.done = False
 
 

@@ -151,7 +151,7 @@ class FleetState:
         # request it started, and `finished` takes it back the same way.
         self._count(target_tpot_s, 1)
 
-    def first_token(self, replica: Replica, ttft_s: float) -> int | None:
+    def first_token(self, replica: Replica, ttft_s: float) -> float | None:
         """Records the TTFT; returns the requests the replica runs now (`finished` takes it
         back: a TPOT is the batch's between the first token and the last)."""
         stats = self._stats.get(replica.replica_id)
@@ -168,13 +168,11 @@ class FleetState:
         output_tokens: int,
         tpot_s: float | None,
         target_tpot_s: float = MLPERF_TPOT_S,
-        running_at_first_token: int | None = None,
+        running_at_first_token: float | None = None,
         started_s: float = -math.inf,
     ) -> None:
         """`started_s` (router clock): when the request was sent; -inf, before any report."""
         self._count(target_tpot_s, -1)  # also for a replica that left the table meanwhile
-        if self._others is not None and self._clock is not None:
-            self._others.finished(self._clock(), started_s, self._stats)
         stats = self._stats.get(replica.replica_id)
         if stats is None:
             return
@@ -229,9 +227,11 @@ class FleetState:
                 self._others.forget(replica_id)
             return stats
         stats.load = load
-        stats.others = max(0, load.running + load.waiting - self._own_at(replica_id, load, stats))
+        own = self._own_at(replica_id, load, stats)
+        others = max(0, load.running + load.waiting - own)
+        stats.others = float(others)
         if self._others is not None:
-            self._others.reported(replica_id, stats.others, load.observed_at_s)
+            self._others.reported(replica_id, others, own, load.observed_at_s)
         stats.load_known_until_s = min(load.observed_at_s, now_s) + stale_after_s
         stats.load_problem = ""
         return stats
@@ -240,8 +240,7 @@ class FleetState:
         """After a batch of `reported` calls: other routers' share is re-estimated from them
         (`routing/others_estimate.py`; with a clock only)."""
         if self._others is not None:
-            in_flight = sum(self._in_flight_by_tpot.values())
-            self._others.rebase(now_s, in_flight, self._stats, self._ready_models)
+            self._others.rebase(now_s, self._stats, self._ready_models)
 
     def _log(self, replica_id: str, in_flight: int) -> None:
         if self._clock is None:

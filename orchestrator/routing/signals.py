@@ -19,7 +19,7 @@ UNKNOWN_TTFT_FRACTION = 0.25  # an unmeasured replica's light-load TTFT, as a fr
 UNKNOWN_TPOT_FRACTION = 0.5  # an unmeasured replica's light-load TPOT, as a fraction of target
 
 
-def outstanding(candidate: Candidate) -> int:
+def outstanding(candidate: Candidate) -> float:
     """Requests the replica holds: ours in flight plus what other routers sent it."""
     stats = candidate.stats
     return stats.in_flight + stats.others_in_flight()

@@ -64,8 +64,10 @@ class ReplicaStats:
     tpot_s: float | None = None
     load: ReplicaLoad | None = None  # the engine's last readable load; None while unknown
     # Requests the engine held, by that load, that this router had not sent: other routers'.
-    # Fixed at the report, so what this router sends after it adds on top (see `outstanding`).
-    others: int = 0
+    # Fixed at the report, so what this router sends after it adds on top (see `outstanding`);
+    # less the other routers' share of the replica's skew where there are other routers
+    # (`routing/others_estimate.py`), so not a whole number then.
+    others: float = 0.0
     # Until when (router clock) the load counts as known: inf before any report (no data is not
     # bad data), -inf while the engine's page is an adapter error (`load_problem` says which).
     load_known_until_s: float = math.inf
@@ -170,7 +172,7 @@ class ReplicaStats:
         if tpot_s <= self.tightest_tpot_s:
             self.tightest_tpot_s = min(self.in_flight_by_tpot, default=math.inf)
 
-    def others_in_flight(self) -> int:
+    def others_in_flight(self) -> float:
         """Requests the engine runs or queues that this router did not send (other routers), as
         of the last report; a stale report keeps its figure rather than reading as idle."""
         return self.others
