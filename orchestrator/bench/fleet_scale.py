@@ -3,7 +3,8 @@ itself (a replicas file, today's path before this bench's issue) and following a
 that scrapes each engine once and streams the load in the routing table, side by side.
 
     python -m orchestrator.bench.fleet_scale [--replicas 8,128,512] [--repeat 2] [--idle 10]
-        [--duration 5] [--routers 4] [--before DIR] [--json results.json]
+        [--duration 5] [--routers 4] [--spread-duration 12] [--spread-only] [--before DIR]
+        [--json results.json]
 
 `--before DIR` adds the router of another checkout (`git archive main | tar -x -C DIR`), scraping
 every replica itself and following this tree's control plane, a row beside each of this tree's.
@@ -22,8 +23,9 @@ cluster scrape their own engines the same way, one per replica). Then `--routers
 the same control plane over 8 replicas that hold each completion 2 s (a short decode: longer
 than a report interval) and report what they hold:
 the spread of in-flight requests across these equal replicas (coefficient of variation, sampled
-during load) with that many routers, each given about half the connections of the one before,
-against one router with them all.
+during load, over the whole run and from the third round of requests on, once every router has
+had a report of the others' first round) with that many routers, each given about half the
+connections of the one before, against one router with them all.
 
 Everything runs on loopback and is stopped at the end. The machine's load average is printed with
 the figures: on a shared machine, they move with it.
@@ -65,6 +67,8 @@ CONNECTIONS = 32
 SPREAD_REPLICAS = 8
 SPREAD_DELAY_MS = 2000
 SPREAD_CONNECTIONS = 64
+SPREAD_DURATION_S = 12.0
+SETTLED_AFTER_S = 2 * SPREAD_DELAY_MS / 1000 + 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,10 @@ class SpreadRow:
     in_flight_cv: float  # stddev / mean of in-flight across equal replicas, mean over samples
     in_flight_max_over_mean: float
     load_average: float
+    # the same over the samples from the third round of requests on (`SETTLED_AFTER_S`): the
+    # first round's places are drawn before any report shows the other routers' requests
+    settled_cv: float | None = None
+    settled_max_over_mean: float | None = None
 
 
 def router_argv(
@@ -307,9 +315,11 @@ def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) ->
     ]
     for load in loads:
         load.start()
+    started_s = time.monotonic()
     time.sleep(1.5)
     cvs: list[float] = []
     peaks: list[float] = []
+    settled: list[tuple[float, float]] = []  # (cv, max/mean)
     while any(load.is_alive() for load in loads) and len(cvs) < 4 * duration_s:
         in_flight: dict[str, float] = {}
         for _, metrics_port in routers:
@@ -322,12 +332,16 @@ def _spread(routers: list[tuple[str, int]], duration_s: float, workdir: Path) ->
             mean = statistics.fmean(values)
             cvs.append(statistics.pstdev(values) / mean)
             peaks.append(max(values) / mean)
+            if time.monotonic() - started_s >= SETTLED_AFTER_S:
+                settled.append((cvs[-1], peaks[-1]))
         time.sleep(0.25)
     for load in loads:
         load.join()
     return SpreadRow(
-        len(routers), statistics.fmean(cvs), statistics.fmean(peaks), os.getloadavg()[0]
-    )
+        len(routers), statistics.fmean(cvs), statistics.fmean(peaks), os.getloadavg()[0],
+        statistics.fmean(cv for cv, _ in settled) if settled else None,
+        statistics.fmean(peak for _, peak in settled) if settled else None,
+    )  # fmt: skip
 
 
 def _fmt(value: float | None, pattern: str, width: int) -> str:
@@ -354,9 +368,11 @@ def format_scale(rows: Sequence[ScaleRow]) -> str:
 
 
 def format_spread(rows: Sequence[SpreadRow]) -> str:
-    header = f"{'routers':>7} {'in-flight CV':>12} {'max/mean':>8} {'load avg':>8}"
+    header = (f"{'routers':>7} {'in-flight CV':>12} {'max/mean':>8} {'settled CV':>10} "
+              f"{'max/mean':>8} {'load avg':>8}")  # fmt: skip
     body = [
         f"{r.routers:>7} {r.in_flight_cv:>12.2f} {r.in_flight_max_over_mean:>8.2f} "
+        f"{_fmt(r.settled_cv, '.2f', 10)} {_fmt(r.settled_max_over_mean, '.2f', 8)} "
         f"{r.load_average:>8.1f}"
         for r in rows
     ]
@@ -392,6 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--routers", type=positive_int, default=4, help="routers of the spread check"
     )
+    parser.add_argument(
+        "--spread-duration", type=seconds, default=SPREAD_DURATION_S,
+        help="seconds of load in the spread check (its settled figure starts at the third round)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--spread-only", action="store_true", help="only the spread check, no fleet sizes"
+    )
     parser.add_argument("--before", type=Path, help="a checkout whose router to measure too")
     parser.add_argument("--json", type=Path, help="write every run's rows here")
     args = parser.parse_args(argv)
@@ -408,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workdir = Path(folder)
             for run in range(args.repeat):
                 rows = []
-                for count in sizes:
+                for count in [] if args.spread_only else sizes:
                     print(f"run {run + 1}/{args.repeat}: {count} replicas ...", file=sys.stderr,
                           flush=True)  # fmt: skip
                     rows += scale_rows(count, idle_s=args.idle, duration_s=args.duration,
@@ -417,14 +440,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs.append(rows)
                 print(f"run {run + 1}/{args.repeat}: {args.routers} routers' spread ...",
                       file=sys.stderr, flush=True)  # fmt: skip
-                spreads.append(spread_rows(args.routers, duration_s=args.duration,
+                spreads.append(spread_rows(args.routers, duration_s=args.spread_duration,
                                            workdir=workdir, namespace=namespace))  # fmt: skip
-                print(format_scale(rows), file=sys.stderr, flush=True)
+                if rows:
+                    print(format_scale(rows), file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
-    print(f"Fleet scale, medians of {args.repeat} runs (CPU as a share of one core; "
-          f"load average of this {os.cpu_count()}-core machine at each row):")  # fmt: skip
-    print(format_scale(median_rows(runs)))
+    if not args.spread_only:
+        print(f"Fleet scale, medians of {args.repeat} runs (CPU as a share of one core; "
+              f"load average of this {os.cpu_count()}-core machine at each row):")  # fmt: skip
+        print(format_scale(median_rows(runs)))
     print(f"\nIn-flight spread over {SPREAD_REPLICAS} equal replicas holding each request "
           f"{SPREAD_DELAY_MS} ms, {SPREAD_CONNECTIONS} connections in all, each run:")  # fmt: skip
     print(format_spread([row for spread in spreads for row in spread]))

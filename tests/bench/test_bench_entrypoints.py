@@ -13,6 +13,7 @@ from orchestrator.bench import (
     fleet_scale,
     process_probes,
     router_overhead,
+    router_spread,
     slo_goodput,
     slo_limits,
     slo_load,
@@ -22,7 +23,9 @@ from orchestrator.bench import (
 from orchestrator.core.generations import Generation
 
 
-@pytest.mark.parametrize("module", [fleet_scale, router_overhead, slo_goodput, virtual_speed])
+@pytest.mark.parametrize(
+    "module", [fleet_scale, router_overhead, router_spread, slo_goodput, virtual_speed]
+)
 def test_every_benchmark_explains_itself(
     module: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -30,6 +33,27 @@ def test_every_benchmark_explains_itself(
         module.main(["--help"])  # type: ignore[attr-defined]
     assert exit_info.value.code == 0
     assert "usage" in capsys.readouterr().out
+
+
+def test_router_spread_with_reports_is_no_worse_than_routers_that_balance_their_own_alone() -> None:
+    """Real `FleetState`s under Poisson load (seeded: the same figures every run): one router
+    spreads best; four with each other's load reports at least as well as four without, in
+    both hold-time shapes, where the estimate before session 15 made them worse."""
+    split = [34, 17, 9, 4]
+
+    def cv(routers: list[int], reports: bool, fixed_hold: bool) -> float:
+        return router_spread.mean_over_seeds(
+            lambda seed: router_spread.spread_cv(
+                routers, replicas=8, hold_s=2.0, seconds=30.0, seed=seed,
+                reports=reports, fixed_hold=fixed_hold,
+            ),
+            3,
+        )[0]  # fmt: skip
+
+    for fixed_hold in (False, True):
+        one = cv([64], True, fixed_hold)
+        alone, reported = cv(split, False, fixed_hold), cv(split, True, fixed_hold)
+        assert one < reported <= alone * 1.02, (fixed_hold, one, alone, reported)
 
 
 def test_virtual_speed_runs_a_replica_through_a_short_server_scenario() -> None:
