@@ -172,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=positive_float, default=60.0)
     parser.add_argument("--seeds", type=positive_int, default=10)
     args = parser.parse_args(argv)
+    if args.seconds <= WARMUP_S + SAMPLE_EVERY_S:
+        parser.error(f"--seconds must be over {WARMUP_S + SAMPLE_EVERY_S:g}: the first "
+                     f"{WARMUP_S:g} s are not sampled")  # fmt: skip
     split = list(args.split)
 
     def run(routers: Sequence[int], reports: bool) -> tuple[float, float]:

@@ -261,6 +261,30 @@ def test_a_router_whose_reports_show_no_others_reads_none() -> None:
     assert _others_of(fleet, replicas) == {"a": 0, "b": 0}
 
 
+def test_a_partial_batch_that_shows_no_others_puts_every_corrected_replica_back() -> None:
+    """Reports come in batches of whatever arrived in 0.1 s. Other routers' 8 on `a`, then they
+    stop, and the next batch reports only `a`: `b`, not in that batch, reads its own report's
+    figure again (none), not the correction of a skew no report shows any more."""
+    replicas = [replica(i) for i in ("a", "b")]
+    fleet = _reported(replicas, {"a": 2, "b": 2}, {"a": 8, "b": 0})
+    assert _others_of(fleet, replicas) == {"a": 8 - 8 / 3, "b": 8 / 3}
+    fleet.reported("a", busy(2, at_s=1.5), now_s=1.5)
+    fleet.reports_taken(1.5)
+    assert _others_of(fleet, replicas) == {"a": 0, "b": 0}
+
+
+def test_a_replica_whose_circuit_is_open_here_is_neither_counted_nor_moved() -> None:
+    """This router sends nothing to a replica whose circuit it opened: the skew is the other
+    replicas' alone (four at 12 each: none), and the open one reads its report's figure."""
+    replicas = [replica(i) for i in "abcde"]
+    ours = dict.fromkeys("abcde", 0)
+    fleet = _reported(replicas, ours, {"a": 12, "b": 12, "c": 12, "d": 12, "e": 0})
+    assert _others_of(fleet, replicas)["e"] > 0  # counted: 48 over five, 9.6 each
+    fleet.stats("e").circuit_open = True  # type: ignore[union-attr]
+    fleet.reports_taken(1.0)
+    assert _others_of(fleet, replicas) == {"a": 12, "b": 12, "c": 12, "d": 12, "e": 0}
+
+
 def _waves(shares: list[int], replicas: int, waves: int, seed: int) -> list[list[int]]:
     """Routers with `shares` requests each over `replicas` equal replicas that hold every request
     one wave, as `wrk`'s closed loop does: each request ends in the order it started and its router
