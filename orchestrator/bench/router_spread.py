@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from orchestrator.core.arg_types import positive_float, positive_int, positive_ints
+from orchestrator.core.clock import ManualClock
 from orchestrator.core.generations import Generation
 from orchestrator.core.records import EngineKind, Replica, ReplicaLoad
 from orchestrator.fleet.figures import capacity_prior_tokens_per_s, load_figures
@@ -36,14 +37,6 @@ REPORT_DELAY_S = 0.2
 BATCH_S = 0.1
 SAMPLE_EVERY_S = 0.25
 WARMUP_S = 5.0
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def _table(count: int) -> RoutingTable:
@@ -77,11 +70,11 @@ def spread_cv(
 ) -> float:
     """Mean CV of the replicas' counts with routers whose mean in flight is `split`."""
     rng = random.Random(seed)
-    clock = _Clock()
+    clock = ManualClock()
     table = _table(replicas)
     by_id = {r.replica_id: r for r in table.replicas}
     ids = list(by_id)
-    fleets = [FleetState(clock=clock) for _ in split]
+    fleets = [FleetState(clock=clock.now) for _ in split]
     for fleet in fleets:
         fleet.sync(table)
     counts = dict.fromkeys(ids, 0)
@@ -110,7 +103,7 @@ def spread_cv(
         at_s, _, kind, data = heapq.heappop(events)
         if at_s > seconds:
             break
-        clock.now_s = at_s
+        clock.set(at_s)
         if kind == "arrive":
             router = cast(int, data)
             fleet = fleets[router]
