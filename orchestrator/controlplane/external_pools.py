@@ -12,6 +12,11 @@ deregistered, and must register again after a registry restart, since only their
 `https://` replicas are verified against the CA of `controlPlane.replicaTls` (else the system's
 trust store), and are shown its client certificate when one is given; the files are re-read when
 they change, so a rotated CA or certificate takes effect on the next pass.
+
+The checks go through the router's HTTP/1.1 client (`forwarding/upstream.py`: llhttp, kept-alive
+connections), not aiohttp's: a checker reads one `/health` and one `/metrics` page per replica
+every second, and at 64 replicas a checker that was its largest cost (`bench/fleet_scale.py`;
+docs/benchmarks.md, session 16). aiohttp stays for the rare read of an engine's version.
 """
 
 from __future__ import annotations
@@ -28,11 +33,15 @@ import aiohttp
 
 from orchestrator.config.schema import ClientTlsSpec, OrchestratorConfig, PoolSpec
 from orchestrator.controlplane.engine_version import read_engine_version
-from orchestrator.controlplane.metrics_page import read_age_s, read_page
+from orchestrator.controlplane.metrics_page import read_age_s
 from orchestrator.controlplane.registry_records import RegistryStatus, ReplicaRegistration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.records import EngineKind, ReplicaLoad
 from orchestrator.engines import EngineAdapter, adapter_for
+from orchestrator.engines.metrics import MAX_PAGE_BYTES
+from orchestrator.forwarding.upstream import UpstreamPool
+from orchestrator.forwarding.upstream_response import UpstreamError
+from orchestrator.forwarding.upstream_settings import UpstreamSettings
 from orchestrator.security.files import Signature, TlsFiles
 from orchestrator.security.http_tls import client_context
 
@@ -40,6 +49,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CHECK_INTERVAL_S: Final = 1.0
 _CHECK_TIMEOUT_S: Final = 2.0
+_HEALTH_BYTES: Final = 64 * 1024  # a health answer longer than this fails the check
 # How long a round gathers read pages before reporting them: one registry call per checker per
 # tenth of a second at most, against a tenth of a second more age.
 REPORT_EVERY_S: Final = 0.1
@@ -112,34 +122,48 @@ class ExternalReplicaChecker:
         self._interval_s = interval_s
 
     async def run(self) -> None:
-        """Check until cancelled; a session lasts while the replica TLS files stay unchanged."""
+        """Check until cancelled; connections last while the replica TLS files stay unchanged
+        (then every one is closed, so the next pass shows the new files)."""
         while True:
             signature = self._tls_signature()
-            async with self._session() as session:
+            self._warn_if_tls_unusable()
+            pool = UpstreamPool(UpstreamSettings(replica_tls=self._replica_tls))
+            await pool.start()
+            try:
                 while signature == self._tls_signature():
                     started = time.monotonic()
                     registered = await self._registered() if self._include_registered else []
                     checks = [*self._configured, *registered]
-                    await self._round(session, checks)
+                    await self._round(pool, checks)
                     # Once per interval, however long the checks took: load ages stay bounded.
                     await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
+            finally:
+                await pool.close()
             log.info("replica TLS files changed; checking with the new ones")
 
-    async def _round(
-        self, session: aiohttp.ClientSession, checks: list[ReplicaRegistration]
-    ) -> None:
+    async def _round(self, pool: UpstreamPool, checks: list[ReplicaRegistration]) -> None:
         """Check all at once and report what has been read every `REPORT_EVERY_S` as it comes
         in, not the whole round at its end: a load's age counts from its scrape, and a round of
         many pages on a busy host takes a good part of the interval."""
-        pending = {asyncio.ensure_future(self._check(session, r)) for r in checks}
+        pending = {asyncio.ensure_future(self._check(pool, r)) for r in checks}
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, timeout=REPORT_EVERY_S)
                 beats = [beat for task in done if (beat := task.result()) is not None]
-                await self._report(session, beats)
+                await self._report(beats)
         finally:
             for task in pending:
                 task.cancel()
+
+    def _warn_if_tls_unusable(self) -> None:
+        """Files caught mid-rotation: every `https` check then fails (closed, trusting no
+        one) until they change; said once per change, not once per check."""
+        if self._replica_tls is None:
+            return
+        try:
+            client_context(self._replica_tls)
+        except OrchestratorError as error:
+            log.warning("replica TLS files unusable, https checks fail: %s", error.message)
 
     def _session(self) -> aiohttp.ClientSession:
         timeout = aiohttp.ClientTimeout(total=_CHECK_TIMEOUT_S)
@@ -170,24 +194,18 @@ class ExternalReplicaChecker:
         registrations = (entry.record.registration for entry in status.replicas)
         return [r for r in registrations if r.external and r.replica_id not in self._configured_ids]
 
-    async def _check(
-        self, session: aiohttp.ClientSession, registration: ReplicaRegistration
-    ) -> _Beat | None:
+    async def _check(self, pool: UpstreamPool, registration: ReplicaRegistration) -> _Beat | None:
         """The heartbeat a passed check makes; `None` when the replica failed it."""
         try:
-            load, problem, read_at_s = await _probe(
-                session, registration.url, adapter_for(registration.engine)
+            load, problem, read_at_s = await probe(
+                pool, registration.url, adapter_for(registration.engine)
             )
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError, OrchestratorError, _CheckFailed) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
             return None
         return registration, load, problem, read_at_s
 
-    async def _report(
-        self,
-        session: aiohttp.ClientSession,
-        beats: list[_Beat],
-    ) -> None:
+    async def _report(self, beats: list[_Beat]) -> None:
         """One registry call for the whole round (one per replica would cost the registry a Ray
         call each); configured replicas it does not know are registered, with the version their
         engine states."""
@@ -200,30 +218,57 @@ class ExternalReplicaChecker:
                     for registration, load, problem, read_at_s in beats
                 ]
             )
-            for (registration, *_), reply in zip(beats, replies, strict=True):
-                if not reply.known and registration.replica_id in self._configured_ids:
-                    version = await read_engine_version(
-                        session, registration.url, adapter_for(registration.engine)
-                    )
-                    await self._registry.register_replica.remote(
-                        replace(registration, engine_version=version)
-                    )
+            unknown = [
+                registration
+                for (registration, *_), reply in zip(beats, replies, strict=True)
+                if not reply.known and registration.replica_id in self._configured_ids
+            ]
+            if unknown:
+                async with self._session() as session:
+                    for registration in unknown:
+                        version = await read_engine_version(
+                            session, registration.url, adapter_for(registration.engine)
+                        )
+                        await self._registry.register_replica.remote(
+                            replace(registration, engine_version=version)
+                        )
         except Exception as exc:  # the registry restarting: the next round registers again
             log.warning("could not report %d external replicas: %s", len(beats), exc)
 
 
-async def _probe(
-    session: aiohttp.ClientSession, url: str, adapter: EngineAdapter
+class _CheckFailed(Exception):
+    """The replica answered its health check with something other than 200."""
+
+
+async def _get(pool: UpstreamPool, url: str, path: str, limit: int) -> tuple[int, bytes]:
+    """(status, body) of `GET path` on the replica at `url`, the body within `limit` bytes;
+    raises `UpstreamError` (no connection, a broken or oversized answer) or `TimeoutError`."""
+    response = await pool.get(
+        url, path, timeout_s=_CHECK_TIMEOUT_S, connect_timeout_s=_CHECK_TIMEOUT_S
+    )
+    try:
+        return response.status, await response.read(limit)
+    finally:
+        response.release()
+
+
+async def probe(
+    pool: UpstreamPool, url: str, adapter: EngineAdapter
 ) -> tuple[ReplicaLoad | None, str, float]:
     """Raises unless `/health` answers 200; then the load, or `None` and why `/metrics` could not
     be read (the load is unknown then, never idle), and `time.monotonic()` when it was read."""
-    async with session.get(url + adapter.health_path) as health:
-        health.raise_for_status()
+    status, _ = await _get(pool, url, adapter.health_path, _HEALTH_BYTES)
+    if status != 200:
+        raise _CheckFailed(f"{adapter.health_path} answered {status}")
     try:
-        async with session.get(url + "/metrics") as metrics:
-            metrics.raise_for_status()
-            page = await read_page(metrics)
-            read_at_s = time.monotonic()
-            return adapter.parse_load(page, time.time()), "", read_at_s
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        status, page = await _get(pool, url, "/metrics", MAX_PAGE_BYTES)
+        read_at_s = time.monotonic()
+        if status != 200:
+            return None, f"/metrics: answered {status}", read_at_s
+        return (
+            adapter.parse_load(page.decode("utf-8", errors="replace"), time.time()),
+            "",
+            read_at_s,
+        )
+    except (UpstreamError, TimeoutError, ValueError) as exc:
         return None, f"/metrics: {exc or type(exc).__name__}", time.monotonic()

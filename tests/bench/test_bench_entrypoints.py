@@ -10,6 +10,7 @@ import time
 import pytest
 
 from orchestrator.bench import (
+    checker_cost,
     fleet_scale,
     process_probes,
     router_overhead,
@@ -24,7 +25,8 @@ from orchestrator.core.generations import Generation
 
 
 @pytest.mark.parametrize(
-    "module", [fleet_scale, router_overhead, router_spread, slo_goodput, virtual_speed]
+    "module",
+    [checker_cost, fleet_scale, router_overhead, router_spread, slo_goodput, virtual_speed],
 )
 def test_every_benchmark_explains_itself(
     module: object, capsys: pytest.CaptureFixture[str]
@@ -56,6 +58,15 @@ def test_router_spread_with_reports_is_no_worse_than_routers_that_balance_their_
         # about level with four that ignore each other (within the seeds' spread); the old
         # estimate was 1.5 to 3 times that
         assert one < reported <= alone * 1.1, (fixed_hold, one, alone, reported)
+
+
+def test_checker_cost_measures_both_clients_over_the_same_engines() -> None:
+    costs = checker_cost.run(replicas=4, rounds=2, repeat=2)
+    assert [cost.client for cost in costs] == list(checker_cost.CLIENTS)
+    for cost in costs:
+        assert len(cost.cpu_us_per_check) == 2 and min(cost.cpu_us_per_check) > 0
+        assert len(cost.wall_ms_per_round) == 2 and min(cost.wall_ms_per_round) > 0
+    assert "router client / aiohttp" in checker_cost.format_costs(costs, 4)
 
 
 def test_virtual_speed_runs_a_replica_through_a_short_server_scenario() -> None:

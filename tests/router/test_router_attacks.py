@@ -303,7 +303,7 @@ def test_5_a_metrics_page_is_read_up_to_its_cap(router: AttackedRouter, row: Non
         finally:
             await pool.close()
 
-    async def control_plane_scrape() -> None:  # the replica actor's and external pools' way
+    async def control_plane_scrape() -> None:  # the replica actor's way (external checks: `scrape`)
         async with (
             aiohttp.ClientSession() as session,
             session.get(router.replica_url + "/big-metrics") as response,
