@@ -49,12 +49,19 @@ class Series:
 
     name: str
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # computed once: a page's parse looks each series up a few dozen times
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "_hash", hash((self.name, tuple(sorted(self.labels.items())))))
 
     def __hash__(self) -> int:
-        return hash((self.name, tuple(sorted(self.labels.items()))))
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Series], tuple[str, dict[str, str]]]:
+        """Rebuilt from name and labels: a string's hash differs between processes."""
+        return (Series, (self.name, dict(self.labels)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Series):

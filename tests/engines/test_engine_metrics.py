@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from orchestrator.engines import (
     parse_replica_load,
     vllm,
 )
+from orchestrator.engines.base import Series
 from orchestrator.engines.metrics import plain_samples, wanted_lines
 
 PAGES = Path(__file__).parent / "pages"
@@ -290,3 +292,16 @@ def test_the_plain_reading_reads_what_prometheus_client_does_or_declines(
     if ours is None:
         return  # declined: prometheus_client's parser reads it (or rejects it) as before
     assert _same(ours, _prometheus_samples(text))
+
+
+def test_a_series_hashes_by_name_and_labels_whatever_their_order() -> None:
+    """`Series` keeps its hash from construction (a page's parse looks each up a few dozen
+    times): equal series still hash alike, and a different label value does not collide."""
+    a = Series("sglang:realtime_tokens_total", {"mode": "decode", "tp_rank": "0"})
+    b = Series("sglang:realtime_tokens_total", {"tp_rank": "0", "mode": "decode"})
+    c = Series("sglang:realtime_tokens_total", {"mode": "prefill_compute", "tp_rank": "0"})
+    assert a == b and hash(a) == hash(b)
+    assert a != c and len({a, b, c}) == 2
+    assert {a: 1}[b] == 1
+    copy = pickle.loads(pickle.dumps(a))  # rebuilt, so its hash is this process's
+    assert copy == a and hash(copy) == hash(a) and copy.labels == a.labels
