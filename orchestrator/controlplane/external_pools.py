@@ -135,6 +135,9 @@ class ExternalReplicaChecker:
                     registered = await self._registered() if self._include_registered else []
                     checks = [*self._configured, *registered]
                     await self._round(pool, checks)
+                    # replicas gone since (pods of a restarted pool get new addresses) leave
+                    # the pool too, their idle connections closed
+                    pool.forget_except({r.url for r in checks})
                     # Once per interval, however long the checks took: load ages stay bounded.
                     await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
             finally:
@@ -200,7 +203,9 @@ class ExternalReplicaChecker:
             load, problem, read_at_s = await probe(
                 pool, registration.url, adapter_for(registration.engine)
             )
-        except (UpstreamError, TimeoutError, OrchestratorError, _CheckFailed) as exc:
+        # ValueError: a registered URL no connection can be made to (`http://a..b:8000`): that
+        # replica fails its checks, the others go on
+        except (UpstreamError, TimeoutError, OrchestratorError, ValueError, _CheckFailed) as exc:
             log.debug("external replica %s failed its check: %s", registration.replica_id, exc)
             return None
         return registration, load, problem, read_at_s
@@ -237,7 +242,7 @@ class ExternalReplicaChecker:
 
 
 class _CheckFailed(Exception):
-    """The replica answered its health check with something other than 200."""
+    """The replica answered its health check with something other than 2xx."""
 
 
 async def _get(pool: UpstreamPool, url: str, path: str, limit: int) -> tuple[int, bytes]:
@@ -255,10 +260,11 @@ async def _get(pool: UpstreamPool, url: str, path: str, limit: int) -> tuple[int
 async def probe(
     pool: UpstreamPool, url: str, adapter: EngineAdapter
 ) -> tuple[ReplicaLoad | None, str, float]:
-    """Raises unless `/health` answers 200; then the load, or `None` and why `/metrics` could not
-    be read (the load is unknown then, never idle), and `time.monotonic()` when it was read."""
+    """Raises unless `/health` answers 2xx (redirects are not followed); then the load, or
+    `None` and why `/metrics` could not be read (the load is unknown then, never idle), and
+    `time.monotonic()` when it was read."""
     status, _ = await _get(pool, url, adapter.health_path, _HEALTH_BYTES)
-    if status != 200:
+    if not 200 <= status < 300:
         raise _CheckFailed(f"{adapter.health_path} answered {status}")
     try:
         status, page = await _get(pool, url, "/metrics", MAX_PAGE_BYTES)

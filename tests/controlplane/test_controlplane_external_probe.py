@@ -16,11 +16,13 @@ from typing import Any
 from aiohttp import web
 
 from orchestrator.bench.vllm_page import vllm_metrics_page
-from orchestrator.config import validate_config
+from orchestrator.config import OrchestratorConfig, validate_config
 from orchestrator.controlplane.external_pools import ExternalReplicaChecker
-from orchestrator.controlplane.registry_records import HeartbeatReply
-from orchestrator.core.records import ReplicaLoad
+from orchestrator.controlplane.registry_records import HeartbeatReply, ReplicaRegistration
+from orchestrator.core.generations import Generation
+from orchestrator.core.records import EngineKind, ReplicaLoad
 from orchestrator.engines.metrics import MAX_PAGE_BYTES
+from orchestrator.forwarding.upstream import UpstreamPool
 
 GOOD_PAGE = vllm_metrics_page()
 
@@ -106,6 +108,25 @@ def closed_port_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def config_for(endpoints: list[str]) -> OrchestratorConfig:
+    return validate_config(
+        {
+            "apiVersion": "orchestrator/v1alpha1",
+            "kind": "Orchestrator",
+            "sites": {"lab": {}},
+            "pools": [
+                {
+                    "name": "lab",
+                    "site": "lab",
+                    "generation": "MI355X",
+                    "engine": "external",
+                    "endpoints": endpoints,
+                }
+            ],
+        }
+    )
+
+
 def test_one_round_reports_loads_unreadable_pages_and_nothing_for_failed_checks() -> None:
     apps = [
         app_for(200, 200),  # lab-0: healthy, page read
@@ -117,23 +138,7 @@ def test_one_round_reports_loads_unreadable_pages_and_nothing_for_failed_checks(
 
     async def run() -> RecordingRegistry:
         async with serving(apps) as urls:
-            endpoints = [*urls, closed_port_url()]  # lab-5: refuses the connection
-            config = validate_config(
-                {
-                    "apiVersion": "orchestrator/v1alpha1",
-                    "kind": "Orchestrator",
-                    "sites": {"lab": {}},
-                    "pools": [
-                        {
-                            "name": "lab",
-                            "site": "lab",
-                            "generation": "MI355X",
-                            "engine": "external",
-                            "endpoints": endpoints,
-                        }
-                    ],
-                }
-            )
+            config = config_for([*urls, closed_port_url()])  # lab-5: refuses the connection
             registry = RecordingRegistry(known={"lab-1", "lab-2", "lab-4"})
             checker = ExternalReplicaChecker(
                 config, registry, interval_s=0.2, include_registered=False
@@ -149,9 +154,35 @@ def test_one_round_reports_loads_unreadable_pages_and_nothing_for_failed_checks(
     assert set(registry.beats) == {"lab-0", "lab-1", "lab-2", "lab-4"}
     load, problem = registry.beats["lab-0"]
     assert load is not None and problem == ""
-    for replica_id, reason in (("lab-1", "404"), ("lab-2", "over"), ("lab-4", "")):
+    for replica_id, reason in (("lab-1", "404"), ("lab-2", "over"), ("lab-4", "Prometheus")):
         load, problem = registry.beats[replica_id]
         assert load is None, replica_id  # unknown, not idle
         assert problem.startswith("/metrics:") and reason in problem, (replica_id, problem)
     # the one the registry did not know was registered, with the version its engine states
     assert registry.registered == {"lab-0": "0.11.2"}
+
+
+def test_a_registered_url_no_connection_can_be_made_to_fails_its_check_and_nothing_else() -> None:
+    """`RegisterReplica` takes URLs the config would refuse; one whose host cannot be encoded
+    fails its own check instead of ending the round (and every check after it)."""
+    bad = ReplicaRegistration(
+        replica_id="grpc-0",
+        url="http://a..b:8000",
+        pool="grpc",
+        site="lab",
+        generation=Generation.MI355X,
+        engine=EngineKind.EXTERNAL,
+        external=True,
+    )
+    config = config_for(["http://127.0.0.1:9"])  # configured, but not this checker's share
+
+    async def check() -> object:
+        checker = ExternalReplicaChecker(config, RecordingRegistry(set()), include_configured=False)
+        pool = UpstreamPool()
+        await pool.start()
+        try:
+            return await checker._check(pool, bad)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(check()) is None
