@@ -23,7 +23,12 @@ from orchestrator.routing.plugin import Candidate, Nominator, Scorer, Utilisatio
 from orchestrator.routing.plugins.scorers.capacity_headroom import CapacityHeadroomScorer
 from orchestrator.routing.plugins.scorers.latency_slo import LatencySloScorer
 from orchestrator.routing.plugins.scorers.least_requests import LeastRequestsScorer
-from orchestrator.routing.plugins.scorers.prefix_affinity import PrefixAffinityScorer
+from orchestrator.routing.plugins.scorers.prefix_affinity import (
+    PrefixAffinityScorer,
+    prefix_point,
+    ring_distance,
+    ring_points,
+)
 from orchestrator.routing.plugins.scorers.site_locality import SiteLocalityScorer
 from orchestrator.routing.signals import utilisations
 
@@ -215,6 +220,32 @@ def test_prefix_affinity_nominates_the_first_distinct_replicas_on_the_ring() -> 
     )
     assert len({id(c) for c in nominees}) == 3
     assert scorer.nominate(request(prefix_hash=None), view(), candidates) == []
+
+
+def test_prefix_affinity_nominees_are_the_survivors_nearest_on_the_ring_whatever_survives() -> None:
+    """Nominees come from the table's ring, skipping replicas filtered out (or from a ring of
+    the survivors when few survive): either way, the survivors nearest clockwise of the point."""
+    candidates = [
+        candidate(replica(f"r{i}", MI355X if i % 2 else MI300X), in_flight=10) for i in range(48)
+    ]
+    scorer = PrefixAffinityScorer.from_params("p", {"nominees": 3})
+    fleet_view = view(table(c.replica for c in candidates))
+    largest = max(c.replica.capacity_prior_tokens_per_s for c in candidates)
+    rng = random.Random(11)
+    for size in (48, 40, 13, 12, 11, 4, 2, 1):  # the table's ring down to 12 of 48, then own
+        survivors = tuple(rng.sample(candidates, size))
+        for prefix in rng.sample(range(1 << 40), 20):
+            point = prefix_point(prefix)
+            nearest = sorted(
+                survivors,
+                key=lambda c: ring_distance(
+                    point, ring_points(c.replica.replica_id, scorer._points(c.replica, largest))
+                ),
+            )
+            nominees = scorer.nominate(request(prefix_hash=prefix), fleet_view, survivors)
+            assert [c.replica.replica_id for c in nominees] == [
+                c.replica.replica_id for c in nearest[:3]
+            ], (size, prefix)
 
 
 # -- site-locality ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import ClassVar
 
@@ -28,24 +28,43 @@ from orchestrator.table.snapshot import RoutingTable
 NO_PREFIX_SCORE = 0.5
 _RING = 1 << 64
 _MASK = _RING - 1
+_SPARSE = 4  # survivors under 1/4 of the table's replicas get a ring of their own
 
 
 class _Ring:
-    """The eligible replicas' virtual nodes, sorted by position: positions and owner indices."""
+    """Replicas' virtual nodes, sorted by position: positions and the owners' replica ids."""
 
-    __slots__ = ("largest", "owners", "positions")
+    __slots__ = ("key", "largest", "owners", "positions", "replicas")
 
     def __init__(
-        self, eligible: Sequence[Candidate], largest: float, points_of: Callable[[Replica], int]
+        self,
+        key: object,
+        replicas: Iterable[Replica],
+        largest: float,
+        scorer: PrefixAffinityScorer,
     ) -> None:
+        self.key = key  # the table or survivor tuple it was built for, kept alive by the ring
         self.largest = largest
-        points = sorted(
-            (position, index)
-            for index, candidate in enumerate(eligible)
-            for position in ring_points(candidate.replica.replica_id, points_of(candidate.replica))
-        )
-        self.positions = [position for position, _ in points]
-        self.owners = [index for _, index in points]
+        positions: list[int] = []
+        owners: list[str] = []
+        self.replicas = 0
+        for replica in replicas:
+            self.replicas += 1
+            points = ring_points(replica.replica_id, scorer._points(replica, largest))
+            positions.extend(points)
+            owners.extend([replica.replica_id] * len(points))
+        # one sort of indices by position: cheaper than sorting (position, owner) tuples
+        order = sorted(range(len(positions)), key=positions.__getitem__)
+        self.positions = [positions[i] for i in order]
+        self.owners = [owners[i] for i in order]
+
+
+def _replicas(eligible: Sequence[Candidate]) -> list[Replica]:
+    return [candidate.replica for candidate in eligible]
+
+
+def _indices(eligible: Sequence[Candidate]) -> dict[str, int]:
+    return {candidate.replica.replica_id: index for index, candidate in enumerate(eligible)}
 
 
 def _no_positions(_: RoutingTable) -> dict[str, tuple[int, ...]]:
@@ -74,8 +93,10 @@ class PrefixAffinityScorer(RatesByUtilisation):
     The mean is over the candidates scored, so a hot prefix keeps its replica only while that
     replica is at most `loadFactor` busier than the rest, then moves to the next one on the ring.
     The order over any subset of replicas is the full order restricted to it, so a sampled
-    decision agrees with an exact one; `nominate` names the first `nominees` replicas on the ring
-    in O(log n) (the ring is built once per eligible tuple).
+    decision agrees with an exact one; `nominate` names the first `nominees` survivors on the ring:
+    one search, then a short walk that skips replicas filtered out. The ring is the table's (built
+    once per table, so a soft filter flipping a replica in or out rebuilds nothing); when under a
+    quarter of the table survives, a ring of the survivors alone, rebuilt when they change.
 
     Type: prefix-affinity. Range {0, 0.5, 1}.
     Parameters: loadFactor (≥ 0, default 0.25); degradedCapacityFactor (in (0, 1], default 0.5);
@@ -99,7 +120,11 @@ class PrefixAffinityScorer(RatesByUtilisation):
         self.virtual_nodes = virtual_nodes
         self.nominees = nominees
         self._largest: IdentityMemo[RoutingTable, float] = IdentityMemo()
-        self._rings: IdentityMemo[Sequence[Candidate], _Ring] = IdentityMemo()
+        # the ring of the table's replicas: the survivors change whenever a soft filter flips,
+        # the table does not, and a ring of 512 replicas takes tens of ms to build
+        self._table_ring: _Ring | None = None
+        self._survivor_ring: _Ring | None = None  # when few of the table survive
+        self._indices: IdentityMemo[Sequence[Candidate], dict[str, int]] = IdentityMemo()
         # each replica's ring positions by id, per table (its `_points` hang on the table only)
         self._positions: IdentityMemo[RoutingTable, dict[str, tuple[int, ...]]] = IdentityMemo()
 
@@ -153,17 +178,28 @@ class PrefixAffinityScorer(RatesByUtilisation):
     ) -> list[Candidate]:
         if ctx.prefix_hash is None or not eligible:
             return []
-        largest = self._largest.get(view.table, _largest_capacity)
-        ring = self._rings.get(eligible, lambda e: self._ring(e, largest))
-        if ring.largest != largest:
-            ring = self._rings.put(eligible, self._ring(eligible, largest))
-        wanted = min(self.nominees, len(eligible))
-        start = bisect_left(ring.positions, prefix_point(ctx.prefix_hash))
+        table = view.table
+        largest = self._largest.get(table, _largest_capacity)
+        ring = self._table_ring
+        if ring is None or ring.key is not table or ring.largest != largest:
+            ring = self._table_ring = _Ring(table, table.replicas, largest, self)
+        index_of = self._indices.get(eligible, _indices)
+        if not len(index_of) <= ring.replicas <= len(index_of) * _SPARSE:
+            # few survivors of many replicas (a walk round the table's ring would skip most of
+            # it), or survivors from another table: a ring of the survivors alone
+            ring = self._survivor_ring
+            if ring is None or ring.key is not eligible or ring.largest != largest:
+                ring = _Ring(eligible, _replicas(eligible), largest, self)
+                self._survivor_ring = ring
+        wanted = min(self.nominees, len(index_of))
+        positions, owners = ring.positions, ring.owners
+        count = len(positions)
+        start = bisect_left(positions, prefix_point(ctx.prefix_hash))
         chosen: list[int] = []
-        for step in range(len(ring.positions)):
-            owner = ring.owners[(start + step) % len(ring.positions)]
-            if owner not in chosen:
-                chosen.append(owner)
+        for step in range(count):
+            index = index_of.get(owners[(start + step) % count])
+            if index is not None and index not in chosen:
+                chosen.append(index)
                 if len(chosen) == wanted:
                     break
         return [eligible[i] for i in chosen]
@@ -174,9 +210,6 @@ class PrefixAffinityScorer(RatesByUtilisation):
             return self.virtual_nodes
         share = replica.capacity_prior_tokens_per_s / largest
         return max(1, round(self.virtual_nodes * share))
-
-    def _ring(self, eligible: Sequence[Candidate], largest: float) -> _Ring:
-        return _Ring(eligible, largest, lambda replica: self._points(replica, largest))
 
 
 @lru_cache(maxsize=1 << 16)
