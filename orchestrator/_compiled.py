@@ -70,6 +70,7 @@ COMPILED_MODULES = (
     "orchestrator.routing.signals",
     "orchestrator.routing.stats",
     "orchestrator.routing.step_curve",
+    "orchestrator.routing.views",
     "orchestrator.sim.batcher",
     "orchestrator.sim.latency_record",
     "orchestrator.sim.sequences",

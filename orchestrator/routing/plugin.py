@@ -10,47 +10,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.core.records import Replica
 from orchestrator.routing.context import RequestContext
-from orchestrator.routing.reservation import Reservation
-from orchestrator.routing.stats import ReplicaStats
-from orchestrator.table.snapshot import RoutingTable
+from orchestrator.routing.views import Candidate, Decision, RoutingView
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A replica with its live stats, as plugins see it."""
-
-    replica: Replica
-    stats: ReplicaStats
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingView:
-    """What a decision may consult beyond the candidates: the table and the latency targets.
-
-    Targets are in wall-clock seconds (already scaled for slowed-down simulated fleets).
-    `reservation` is the fleet's current one (`FleetState.reservation`); None where the caller
-    keeps none, and then the candidates' stats are read for it.
-    """
-
-    table: RoutingTable
-    target_ttft_s: float
-    target_tpot_s: float
-    now_s: float
-    reservation: Reservation | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Where a request goes: `primary`, then `fallbacks` in order if it fails before a token."""
-
-    primary: Replica
-    fallbacks: tuple[Replica, ...]
-    profile: str
+__all__ = [  # the records live in a compiled module; plugins import them from here
+    "Candidate",
+    "Decision",
+    "RoutingView",
+]
 
 
 @runtime_checkable
