@@ -43,7 +43,7 @@ class RoutingView:
     target_ttft_s: float
     target_tpot_s: float
     now_s: float
-    reservation: Reservation | None
+    reservation: Reservation | None = None
 
     def __init__(
         self,

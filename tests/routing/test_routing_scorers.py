@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 from routing_fleet import (
@@ -222,30 +223,51 @@ def test_prefix_affinity_nominates_the_first_distinct_replicas_on_the_ring() -> 
     assert scorer.nominate(request(prefix_hash=None), view(), candidates) == []
 
 
+def nearest_on_the_ring(
+    scorer: PrefixAffinityScorer, survivors: Sequence[Candidate], prefix: int, largest: float
+) -> list[str]:
+    point = prefix_point(prefix)
+    ranked = sorted(
+        survivors,
+        key=lambda c: ring_distance(
+            point, ring_points(c.replica.replica_id, scorer._points(c.replica, largest))
+        ),
+    )
+    return [c.replica.replica_id for c in ranked[: scorer.nominees]]
+
+
 def test_prefix_affinity_nominees_are_the_survivors_nearest_on_the_ring_whatever_survives() -> None:
     """Nominees come from the table's ring, skipping replicas filtered out (or from a ring of
-    the survivors when few survive): either way, the survivors nearest clockwise of the point."""
-    candidates = [
+    the survivors when few survive, or when they are not the table's): either way, the
+    survivors nearest clockwise of the point. Two models share the table, as in a router
+    serving both, and the survivor sets alternate, as two models' requests do."""
+    ours = [
         candidate(replica(f"r{i}", MI355X if i % 2 else MI300X), in_flight=10) for i in range(48)
     ]
+    theirs = [
+        candidate(replica(f"o{i}", MI355X, model="other-model"), in_flight=10) for i in range(48)
+    ]
     scorer = PrefixAffinityScorer.from_params("p", {"nominees": 3})
-    fleet_view = view(table(c.replica for c in candidates))
-    largest = max(c.replica.capacity_prior_tokens_per_s for c in candidates)
+    fleet_view = view(table(c.replica for c in [*ours, *theirs]))
+    largest = max(c.replica.capacity_prior_tokens_per_s for c in ours)
     rng = random.Random(11)
-    for size in (48, 40, 13, 12, 11, 4, 2, 1):  # the table's ring down to 12 of 48, then own
-        survivors = tuple(rng.sample(candidates, size))
-        for prefix in rng.sample(range(1 << 40), 20):
-            point = prefix_point(prefix)
-            nearest = sorted(
-                survivors,
-                key=lambda c: ring_distance(
-                    point, ring_points(c.replica.replica_id, scorer._points(c.replica, largest))
-                ),
-            )
-            nominees = scorer.nominate(request(prefix_hash=prefix), fleet_view, survivors)
-            assert [c.replica.replica_id for c in nominees] == [
-                c.replica.replica_id for c in nearest[:3]
-            ], (size, prefix)
+    # 96 in the table: 24 or more survivors walk the table's ring, fewer their own
+    groups = [tuple(rng.sample(ours, size)) for size in (48, 40, 25, 24, 23, 12, 4, 2, 1)]
+    for _ in range(2):
+        for survivors in [*groups, tuple(theirs[:30])]:
+            for prefix in rng.sample(range(1 << 40), 10):
+                nominees = scorer.nominate(request(prefix_hash=prefix), fleet_view, survivors)
+                assert [c.replica.replica_id for c in nominees] == nearest_on_the_ring(
+                    scorer, survivors, prefix, largest
+                ), (len(survivors), prefix)
+    # survivors the view's table does not hold are still nominated (a ring of their own)
+    elsewhere = view(table(c.replica for c in ours[:30]))
+    survivors = tuple(ours[20:44])
+    for prefix in rng.sample(range(1 << 40), 10):
+        nominees = scorer.nominate(request(prefix_hash=prefix), elsewhere, survivors)
+        assert [c.replica.replica_id for c in nominees] == nearest_on_the_ring(
+            scorer, survivors, prefix, max(c.replica.capacity_prior_tokens_per_s for c in ours[:30])
+        )
 
 
 # -- site-locality ----------------------------------------------------------------------------

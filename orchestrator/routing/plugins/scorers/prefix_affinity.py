@@ -34,7 +34,7 @@ _SPARSE = 4  # survivors under 1/4 of the table's replicas get a ring of their o
 class _Ring:
     """Replicas' virtual nodes, sorted by position: positions and the owners' replica ids."""
 
-    __slots__ = ("key", "largest", "owners", "positions", "replicas")
+    __slots__ = ("key", "largest", "members", "owners", "positions")
 
     def __init__(
         self,
@@ -47,9 +47,9 @@ class _Ring:
         self.largest = largest
         positions: list[int] = []
         owners: list[str] = []
-        self.replicas = 0
+        members: set[str] = set()
         for replica in replicas:
-            self.replicas += 1
+            members.add(replica.replica_id)
             points = ring_points(replica.replica_id, scorer._points(replica, largest))
             positions.extend(points)
             owners.extend([replica.replica_id] * len(points))
@@ -57,14 +57,22 @@ class _Ring:
         order = sorted(range(len(positions)), key=positions.__getitem__)
         self.positions = [positions[i] for i in order]
         self.owners = [owners[i] for i in order]
+        self.members = frozenset(members)
 
 
 def _replicas(eligible: Sequence[Candidate]) -> list[Replica]:
     return [candidate.replica for candidate in eligible]
 
 
-def _indices(eligible: Sequence[Candidate]) -> dict[str, int]:
-    return {candidate.replica.replica_id: index for index, candidate in enumerate(eligible)}
+class _Survivors:
+    """One survivor tuple's replica ids by position, and whether all are on the table's ring."""
+
+    __slots__ = ("index_of", "inside", "ring")
+
+    def __init__(self, eligible: Sequence[Candidate]) -> None:
+        self.index_of = {c.replica.replica_id: index for index, c in enumerate(eligible)}
+        self.ring: _Ring | None = None  # the table ring `inside` was checked against
+        self.inside = False
 
 
 def _no_positions(_: RoutingTable) -> dict[str, tuple[int, ...]]:
@@ -96,7 +104,8 @@ class PrefixAffinityScorer(RatesByUtilisation):
     decision agrees with an exact one; `nominate` names the first `nominees` survivors on the ring:
     one search, then a short walk that skips replicas filtered out. The ring is the table's (built
     once per table, so a soft filter flipping a replica in or out rebuilds nothing); when under a
-    quarter of the table survives, a ring of the survivors alone, rebuilt when they change.
+    quarter of the table survives (one model of several), a ring of the survivors alone, kept
+    for the last few survivor tuples.
 
     Type: prefix-affinity. Range {0, 0.5, 1}.
     Parameters: loadFactor (≥ 0, default 0.25); degradedCapacityFactor (in (0, 1], default 0.5);
@@ -123,8 +132,9 @@ class PrefixAffinityScorer(RatesByUtilisation):
         # the ring of the table's replicas: the survivors change whenever a soft filter flips,
         # the table does not, and a ring of 512 replicas takes tens of ms to build
         self._table_ring: _Ring | None = None
-        self._survivor_ring: _Ring | None = None  # when few of the table survive
-        self._indices: IdentityMemo[Sequence[Candidate], dict[str, int]] = IdentityMemo()
+        self._survivors: IdentityMemo[Sequence[Candidate], _Survivors] = IdentityMemo()
+        # rings of survivors alone, when few of the table survive (one model of several)
+        self._survivor_rings: IdentityMemo[Sequence[Candidate], _Ring] = IdentityMemo()
         # each replica's ring positions by id, per table (its `_points` hang on the table only)
         self._positions: IdentityMemo[RoutingTable, dict[str, tuple[int, ...]]] = IdentityMemo()
 
@@ -180,17 +190,27 @@ class PrefixAffinityScorer(RatesByUtilisation):
             return []
         table = view.table
         largest = self._largest.get(table, _largest_capacity)
-        ring = self._table_ring
-        if ring is None or ring.key is not table or ring.largest != largest:
-            ring = self._table_ring = _Ring(table, table.replicas, largest, self)
-        index_of = self._indices.get(eligible, _indices)
-        if not len(index_of) <= ring.replicas <= len(index_of) * _SPARSE:
-            # few survivors of many replicas (a walk round the table's ring would skip most of
-            # it), or survivors from another table: a ring of the survivors alone
-            ring = self._survivor_ring
-            if ring is None or ring.key is not eligible or ring.largest != largest:
-                ring = _Ring(eligible, _replicas(eligible), largest, self)
-                self._survivor_ring = ring
+        survivors = self._survivors.get(eligible, _Survivors)
+        index_of = survivors.index_of
+        ring: _Ring | None = None
+        if len(index_of) * _SPARSE >= len(table.replicas):
+            ring = self._table_ring
+            if ring is None or ring.key is not table or ring.largest != largest:
+                ring = self._table_ring = _Ring(table, table.replicas, largest, self)
+            if survivors.ring is not ring:
+                survivors.ring = ring
+                survivors.inside = all(replica_id in ring.members for replica_id in index_of)
+            if not survivors.inside:
+                ring = None  # survivors from another table: walk their own ring
+        if ring is None:
+            # few survivors of many replicas: a walk round the table's ring would skip most of it
+            ring = self._survivor_rings.get(
+                eligible, lambda e: _Ring(e, _replicas(e), largest, self)
+            )
+            if ring.largest != largest:
+                ring = self._survivor_rings.put(
+                    eligible, _Ring(eligible, _replicas(eligible), largest, self)
+                )
         wanted = min(self.nominees, len(index_of))
         positions, owners = ring.positions, ring.owners
         count = len(positions)
