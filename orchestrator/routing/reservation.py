@@ -12,10 +12,13 @@ up the rest of the fleet at its own target. The fastest replicas (largest
 batch within the tight target) are reserved first: a slow replica whose weight read eats most
 of a tight target holds almost nothing within it, and is worth more to the loose class.
 
-A held replica is let go only once the others hold the claim (the demand and its swings) with
-`RELEASE_MARGIN` to spare: a replica handed back fills with loose work at once, and taking it
-again means waiting for that work to end. (The router also waits a loose request's life before
-it lets one go: `FleetState`.)
+A replica is taken once the others no longer hold the tight class's need (its demand plus one),
+and a held one is let go only once the others hold its whole claim (the need and the count's
+swings): a replica handed back fills with loose work at once, and taking it again means waiting
+for that work to end. (The router also waits a loose request's life before it lets one go:
+`FleetState`.) The count's swings are the hysteresis; a quarter more on top held a second
+fast replica for good whenever the demand sat near one's tight batch, leaving loose work the
+slow replicas and the reserved pair's leftovers.
 
 Pure: the router recomputes the choice when the tight class's demand moves (`FleetState`).
 """
@@ -33,7 +36,6 @@ RESERVE_SLACK: Final = 1.0  # and this many sequences more: the next arrival mus
 # work admitted into a dip in its demand would hold the room for a whole loose request's life
 CLAIM_SPREAD: Final = 2.0
 DEMAND_BAND: Final = 0.1  # recompute once the demand moved this share (or one request) away
-RELEASE_MARGIN: Final = 1.25  # a held replica is let go once the rest hold this × the claim
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -58,13 +60,13 @@ def reserved_replicas(
     capacity within the tight target, until together they hold `demand × margin + 1` sequences
     (every replica if they never do); none without demand. Keeping the held ones matters: a
     replica newly reserved still runs a large loose batch, which the tight class would join; so
-    a held one is dropped only once those before it hold `RELEASE_MARGIN` × the claim (the need
-    and the count's swings, `claim_need`), and of the held ones, those running the most tight
-    requests (`tight_in_flight`) are kept first."""
+    a held one is dropped only once those before it hold the claim (the need and the count's
+    swings, `claim_need`), and of the held ones, those running the most tight requests
+    (`tight_in_flight`) are kept first."""
     if demand <= 0:
         return []
     need = tight_need(demand, margin)
-    release = RELEASE_MARGIN * max(need, claim_need(demand))
+    release = max(need, claim_need(demand))
     running = tight_in_flight or [0] * len(tight_capacities)
     order = sorted(
         range(len(tight_capacities)),

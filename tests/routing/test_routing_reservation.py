@@ -230,13 +230,18 @@ def test_a_reserved_replica_whose_circuit_opens_is_replaced_and_a_draining_one_n
     assert held() == ["fast-0"]
 
 
-def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_claim_with_margin() -> None:
+def test_a_held_replica_is_let_go_only_once_the_rest_hold_the_claim() -> None:
     """Handing a reserved replica back lets loose work fill it, and taking it again waits for
-    that work to end, so a dip in demand just under what the rest hold keeps it."""
+    that work to end, so a dip in demand just under what the rest hold keeps it; but once the
+    rest hold the whole claim it goes, so a demand that sits near one replica's tight batch
+    does not hold two for good."""
     capacities = [100.0, 100.0]
+    assert reserved_replicas(capacities, 99, held=[0]) == [0]  # need 100: one holds it
+    assert reserved_replicas(capacities, 100, held=[0]) == [0, 1]  # need 101: taken
     assert reserved_replicas(capacities, 150, held=[0]) == [0, 1]
-    assert reserved_replicas(capacities, 70, held=[0, 1]) == [0, 1]  # (71 + 2√70) × 1.25 > 100
-    assert reserved_replicas(capacities, 60, held=[0, 1]) == [0]  # (61 + 2√60) × 1.25 ≤ 100
+    assert reserved_replicas(capacities, 90, held=[0, 1]) == [0, 1]  # 91 + 2√90 > 100
+    assert reserved_replicas(capacities, 82, held=[0, 1]) == [0, 1]  # 83 + 2√82 > 100
+    assert reserved_replicas(capacities, 80, held=[0, 1]) == [0]  # 81 + 2√80 ≤ 100
     assert reserved_replicas(capacities, 90) == [0]  # a new choice takes no more than the need
     assert tight_need(0) == 0 and tight_need(60) == 61
     # 64 tight requests: 65 sequences, and 2 × √64 for the count's swings, shared by tight batch
