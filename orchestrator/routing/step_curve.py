@@ -14,6 +14,16 @@ the admission room count in. Points live in log-spaced buckets of that count, ea
 exponentially weighted mean. "The largest batch within T" is read from the top: the largest
 bucket whose mean TPOT is within T, interpolated towards the next one up, which is over it, or
 extrapolated past the largest measured along the line's slope.
+
+A bucket counts as within T when its mean is (the caller passes T with its headroom) and its
+tail is too: the mean plus `TAIL_SPREAD` (3) standard deviations of its requests' TPOT
+(exponentially weighted like the mean) within T without that headroom. The targets are p99s.
+On a slow replica at a small batch a request's TPOT is set less by the batch than by how many
+prompts arrive while it decodes (a 128-token prefill adds 7 to 19 ms to an 11 to 23 ms step on
+the simulated MI300X), so a batch whose mean is within the target can miss it on a third of its
+requests (the MI300X in the single-class goodput bench met 50 to 72% where it missed); at a large
+batch each step mixes many prefills and the spread is small, so the mean binds there.
+
 Reading from the top ignores a small batch's slow outliers (a burst of prefills); an optimistic
 bucket above the true limit is corrected by the very requests it lets in. A pessimistic one is
 not (the replica is held below it), so a bucket no request has updated in the last
@@ -30,6 +40,10 @@ BUCKETS_PER_DOUBLING: Final = 4  # batch buckets: 19% apart
 SMOOTHING: Final = 0.1  # weight of one request's TPOT in its bucket's mean
 STALE_AFTER: Final = 200  # a bucket not updated in this many requests is forgotten
 MAX_ANSWERS: Final = 64  # memoised answers kept (targets × slopes): the slope is re-fitted often
+TAIL_SPREAD: Final = 3.0  # a bucket's tail: its mean TPOT plus this many standard deviations
+# the share of the target the caller's (the mean's) headroom leaves, `stats.SLO_HEADROOM`: the
+# tail is held to the target itself
+TAIL_HEADROOM: Final = 0.95
 
 
 class StepCurve:
@@ -38,7 +52,8 @@ class StepCurve:
     __slots__ = ("_answers", "_ordered", "_points", "_seen", "_slope")
 
     def __init__(self) -> None:
-        # bucket -> [mean batch, mean TPOT s, requests seen when it was last updated]
+        # bucket -> [mean batch, the TPOT it is judged by (s), requests seen when it was last
+        # updated, mean TPOT s, its variance]
         self._points: dict[int, list[float]] = {}
         self._ordered: list[list[float]] | None = None
         self._answers: dict[float, float] = {}  # by TPOT target, at `_slope`
@@ -53,11 +68,14 @@ class StepCurve:
         key = round(math.log2(batch) * BUCKETS_PER_DOUBLING)
         point = self._points.get(key)
         if point is None:
-            self._points[key] = [batch, tpot_s, self._seen]
+            self._points[key] = [batch, tpot_s, self._seen, tpot_s, 0.0]
             self._ordered = None
         else:
             point[0] += SMOOTHING * (batch - point[0])
-            point[1] += SMOOTHING * (tpot_s - point[1])
+            difference = tpot_s - point[3]
+            point[3] += SMOOTHING * difference
+            point[4] = (1.0 - SMOOTHING) * (point[4] + SMOOTHING * difference * difference)
+            point[1] = judged_tpot_s(point[3], point[4])
             point[2] = self._seen
         self._answers.clear()
         if self._seen % STALE_AFTER == 0:
@@ -102,12 +120,19 @@ class StepCurve:
         return _within(ordered, tpot_s, 0.0)
 
 
+def judged_tpot_s(mean_s: float, variance: float) -> float:
+    """The TPOT a bucket is judged by against the caller's headroomed target: its mean, or its
+    tail scaled by the headroom where that is larger (see the module docstring)."""
+    tail = TAIL_HEADROOM * (mean_s + TAIL_SPREAD * math.sqrt(variance))
+    return tail if tail > mean_s else mean_s
+
+
 def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) -> float:
     """`StepCurve.batch_within`'s answer; `per_sequence_s` 0 extrapolates nothing upwards."""
     slope = per_sequence_s if per_sequence_s > 0.0 else math.inf
     above: list[float] | None = None
     for index in range(len(ordered) - 1, -1, -1):
-        batch, tpot, _ = ordered[index]
+        batch, tpot = ordered[index][0], ordered[index][1]
         if tpot <= tpot_s:
             if above is None:  # within the target at the largest batch measured: past it
                 return batch + (tpot_s - tpot) / slope if per_sequence_s > 0.0 else batch
@@ -115,5 +140,6 @@ def _within(ordered: list[list[float]], tpot_s: float, per_sequence_s: float) ->
             share = (tpot_s - tpot) / rise if rise > 0.0 else 0.0
             return batch + share * (above[0] - batch)
         above = ordered[index]
-    batch, tpot, _ = ordered[0]  # over the target at every batch measured: below the smallest
+    # over the target at every batch measured: below the smallest
+    batch, tpot = ordered[0][0], ordered[0][1]
     return batch - (tpot - tpot_s) / slope

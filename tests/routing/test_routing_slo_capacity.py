@@ -182,3 +182,26 @@ def test_the_batch_seen_within_a_target_is_not_extrapolated_past_the_largest_mea
     assert curve.batch_seen_within(0.014) == pytest.approx(100)  # what it was seen to hold
     steady(curve, 200, 0.016)
     assert curve.batch_seen_within(0.014) == pytest.approx(curve.batch_within(0.014, 1e-4))
+
+
+def test_a_batch_whose_requests_spread_widely_is_judged_by_its_tail_a_steady_one_by_its_mean() -> (
+    None
+):
+    """The targets are p99s. Requests at 4 in flight alternating 8 and 16 ms (prefills landing
+    in some decodes, not others) average 12 ms, within 0.95 × 14 ms, but a third of them miss
+    14 ms: that batch is not within it. At 100 in flight a spread of ±0.1 ms leaves the mean
+    to decide, as before."""
+    spread, steady_curve = StepCurve(), StepCurve()
+    for index in range(200):
+        spread.observe(4, 0.008 if index % 2 else 0.016)
+        steady_curve.observe(4, 0.012)
+    assert steady_curve.batch_seen_within(SLO_HEADROOM * 0.014) == pytest.approx(4)
+    below = spread.batch_within(SLO_HEADROOM * 0.014, 1e-3)  # its tail, 23 ms, is 9 ms over
+    assert below is not None and below < 0.0  # under the smallest batch measured
+    assert spread.batch_seen_within(SLO_HEADROOM * 0.030) == pytest.approx(4)  # a loose target
+    large = StepCurve()
+    for index in range(200):
+        large.observe(100, 0.0119 if index % 2 else 0.0121)
+    assert large.batch_within(SLO_HEADROOM * 0.014, 1e-4) == pytest.approx(
+        100 + (SLO_HEADROOM * 0.014 - 0.012) / 1e-4, rel=0.01
+    )
