@@ -66,7 +66,7 @@ def reserved_replicas(
     if demand <= 0:
         return []
     need = tight_need(demand, margin)
-    release = max(need, claim_need(demand))
+    release = need + CLAIM_SPREAD * math.sqrt(demand)  # the claim at this margin
     running = tight_in_flight or [0] * len(tight_capacities)
     order = sorted(
         range(len(tight_capacities)),

@@ -12,7 +12,7 @@ So each request that finished well adds its own TPOT at the requests the replica
 (this router's in flight, itself included, plus other routers'), the unit the utilisation and
 the admission room count in. Points live in log-spaced buckets of that count, each an
 exponentially weighted mean. "The largest batch within T" is read from the top: the largest
-bucket whose mean TPOT is within T, interpolated towards the next one up, which is over it, or
+bucket judged within T (below), interpolated towards the next one up, which is over it, or
 extrapolated past the largest measured along the line's slope.
 
 A bucket counts as within T when its mean is (the caller passes T with its headroom) and its
@@ -88,8 +88,8 @@ class StepCurve:
             self._ordered = None
 
     def batch_within(self, tpot_s: float, per_sequence_s: float) -> float | None:
-        """The largest batch whose mean TPOT stays within `tpot_s` (see the module docstring);
-        `per_sequence_s` is the slope to extrapolate along; None before any measurement.
+        """The largest batch judged within `tpot_s` (its mean and its tail: see the module
+        docstring); `per_sequence_s` is the slope to extrapolate along; None before any measurement.
         Memoised until the next measurement or another slope (the estimator re-fits it at
         every scrape, so answers at old slopes would pile up)."""
         answers = self._answers
