@@ -20,9 +20,10 @@ tail is too: the mean plus `TAIL_SPREAD` (3) standard deviations of its requests
 (exponentially weighted like the mean) within T without that headroom. The targets are p99s.
 On a slow replica at a small batch a request's TPOT is set less by the batch than by how many
 prompts arrive while it decodes (a 128-token prefill adds 7 to 19 ms to an 11 to 23 ms step on
-the simulated MI300X), so a batch whose mean is within the target can miss it on a third of its
-requests (the MI300X in the single-class goodput bench met 50 to 72% where it missed); at a large
-batch each step mixes many prefills and the spread is small, so the mean binds there.
+the simulated MI300X), so a batch whose mean is within the target can miss it on a third to a
+half of its requests (the MI300X in the single-class goodput bench met 50 to 72% where it
+missed); at a large batch each step mixes many prefills and the spread is small, so the mean
+binds there.
 
 Reading from the top ignores a small batch's slow outliers (a burst of prefills); an optimistic
 bucket above the true limit is corrected by the very requests it lets in. A pessimistic one is
